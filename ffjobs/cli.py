@@ -1,0 +1,91 @@
+"""The ``ffjobs`` command line: one sub-command per stage, human output by default, ``--json`` for machines.
+
+Each component registers its own sub-commands (``ffjobs/<component>/commands.py`` exposing
+``register(subparsers)``), so this file only knows the shared options and the exit-code rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ffjobs import __version__
+from ffjobs.errors import ExitCode, UserError
+
+# Modules that add sub-commands; each exposes ``register(subparsers) -> None``.
+COMMAND_MODULES = (
+    "ffjobs.commands_config",
+    "ffjobs.data.commands",
+    "ffjobs.preflight.commands",
+    "ffjobs.train.commands",
+    "ffjobs.bench.commands",
+    "ffjobs.pipeline",
+)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config`` and ``--set``: shared by every command that reads the resolved config."""
+    parser.add_argument(
+        "--config", "-c", default=None, metavar="PRESET|PATH",
+        help="preset name (configs/<name>.yaml) or YAML path; default: the built-in local profile")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override one field, e.g. --set train.lr=2e-4 (repeatable)")
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def config_from_args(args: argparse.Namespace):
+    from ffjobs.config import load_config
+
+    return load_config(args.config, args.overrides)
+
+
+def print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ffjobs",
+        description="Face-fusion training on SLURM: validate data, preflight the fabric, "
+                    "train with DDP, evaluate, register.")
+    parser.add_argument("--version", action="version", version=f"ffjobs {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:  # a stage that does not exist yet
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return ExitCode.USAGE
+    try:
+        return int(handler(args) or ExitCode.OK)
+    except UserError as exc:
+        print(f"ffjobs: error: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print("ffjobs: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

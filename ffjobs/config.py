@@ -1,0 +1,388 @@
+"""Typed configuration: dataclasses loaded from YAML, with presets, dotted overrides and clear errors.
+
+One resolved :class:`Config` flows from YAML, the CLI (``--set key=value``) and Airflow Params
+into every stage. Each component owns its dataclass (``ffjobs/<component>/config.py``); this
+module composes them and owns the loading rules:
+
+* ``yaml.safe_load`` semantics only (a ``!!python/...`` tag is an error, never executed);
+* ``extends: <preset or path>`` at the top of a file merges it over another file (recursively);
+* unknown keys, wrong types and out-of-range values are errors naming file, line and key path;
+* field ranges live in ``field(metadata=...)`` (``ge``, ``gt``, ``le``, ``lt``, ``choices``) and
+  cross-field rules in ``__post_init__`` raising ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from ffjobs.errors import UserError
+from ffjobs.data.config import DataConfig
+from ffjobs.evaluate.config import EvaluateConfig
+from ffjobs.models.config import ModelConfig
+from ffjobs.preflight.config import PreflightConfig
+from ffjobs.slurm.config import SlurmConfig
+from ffjobs.tracking.config import TrackingConfig
+from ffjobs.train.config import TrainConfig
+
+REPO_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_PRESET = "local"
+
+
+class ConfigError(UserError, ValueError):
+    """A user-fixable configuration mistake; ``str()`` is one line naming where and what."""
+
+    def __init__(self, message: str, *, source: str | None = None, key: str | None = None,
+                 line: int | None = None):
+        self.source, self.key, self.line, self.detail = source, key, line, message
+        where = ""
+        if source:
+            where = source + (f":{line}" if line else "") + ": "
+        if key:
+            where += f"{key}: "
+        super().__init__(where + message)
+
+
+@dataclass
+class Config:
+    """The whole resolved configuration of one pipeline run."""
+
+    name: str = "local"
+    """Name of the run family; used for MLflow experiment and SLURM job names."""
+    data: DataConfig = field(default_factory=DataConfig)
+    preflight: PreflightConfig = field(default_factory=PreflightConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def dump(self, fmt: Literal["yaml", "json"] = "yaml") -> str:
+        if fmt == "json":
+            return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+# --------------------------------------------------------------------------- YAML reading
+
+
+class _LineTrackingLoader(yaml.SafeLoader):
+    """SafeLoader that remembers the line of every mapping key, by key path."""
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+    """Parse one YAML file safely; return its mapping and a ``{dotted.key: line}`` index."""
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("file not found", source=source) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, expected a YAML file", source=source) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", source=source) from None
+    try:
+        node = yaml.compose(text, Loader=_LineTrackingLoader)
+        data = yaml.load(text, Loader=_LineTrackingLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.constructor.ConstructorError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else None
+        tag = (exc.problem or "").split("'")[1] if "'" in (exc.problem or "") else "tag"
+        raise ConfigError(
+            f"unsafe YAML tag {tag} is not allowed; use plain mappings, lists and scalars",
+            source=source, line=line) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"YAML syntax error: {problem}", source=source, line=line) from None
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"top level must be a mapping, got {type(data).__name__}",
+                          source=source, line=1)
+    lines: dict[str, int] = {}
+    _index_lines(node, "", lines)
+    return data, lines
+
+
+def _index_lines(node: yaml.Node | None, prefix: str, out: dict[str, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+            out[key] = key_node.start_mark.line + 1
+            _index_lines(value_node, key, out)
+
+
+def resolve_preset(name_or_path: str | Path, relative_to: Path | None = None) -> Path:
+    """Find a config file: an existing path, else ``<name>.yaml`` in the configs directories."""
+    candidate = Path(name_or_path)
+    if relative_to is not None and not candidate.is_absolute():
+        beside = relative_to.parent / candidate
+        if beside.exists() or beside.with_suffix(".yaml").exists():
+            candidate = beside
+    if candidate.exists():
+        return candidate
+    if candidate.suffix == "" and candidate.with_suffix(".yaml").exists():
+        return candidate.with_suffix(".yaml")
+    for directory in (Path.cwd() / "configs", REPO_CONFIG_DIR):
+        for stem in (str(name_or_path), f"clusters/{name_or_path}"):
+            found = directory / f"{stem}.yaml"
+            if found.exists():
+                return found
+    return candidate  # reading it reports "file not found" with the path the user gave
+
+
+def _load_layers(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, dict, dict]]:
+    """Return ``[(source, data, lines), ...]`` from the most basic preset to ``path``."""
+    resolved = path.resolve()
+    if resolved in seen:
+        chain = " -> ".join(str(p) for p in (*seen, resolved))
+        raise ConfigError(f"'extends' forms a cycle: {chain}", source=str(path), key="extends")
+    data, lines = _read_yaml(path)
+    parent = data.pop("extends", None)
+    layers: list[tuple[str, dict, dict]] = []
+    if parent is not None:
+        if not isinstance(parent, str):
+            raise ConfigError("must be a preset name or a path (string)", source=str(path),
+                              key="extends", line=lines.get("extends"))
+        parent_path = resolve_preset(parent, relative_to=path)
+        if not parent_path.exists():
+            raise ConfigError(f"preset '{parent}' not found (looked beside this file and in "
+                              f"configs/)", source=str(path), key="extends",
+                              line=lines.get("extends"))
+        layers = _load_layers(parent_path, (*seen, resolved))
+    layers.append((str(path), data, lines))
+    return layers
+
+
+# --------------------------------------------------------------------------- building dataclasses
+
+
+@dataclass
+class _Origin:
+    """Where each key's value came from, to point errors at the right file and line."""
+
+    sources: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+
+    def record(self, prefix: str, data: Mapping[str, Any], source: str, lines: dict[str, int]):
+        for key, value in data.items():
+            dotted = f"{prefix}.{key}" if prefix else str(key)
+            self.sources[dotted] = (source, lines.get(dotted))
+            if isinstance(value, Mapping):
+                self.record(dotted, value, source, lines)
+
+    def of(self, key: str) -> tuple[str | None, int | None]:
+        while key:
+            if key in self.sources:
+                return self.sources[key]
+            key = key.rpartition(".")[0]
+        return None, None
+
+    def error(self, key: str, message: str) -> ConfigError:
+        source, line = self.of(key)
+        return ConfigError(message, source=source, key=key, line=line)
+
+
+def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _describe_type(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe_type(a) for a in typing.get_args(tp))
+    if origin in (list, tuple):
+        args = typing.get_args(tp)
+        return f"a list of {_describe_type(args[0])}" if args else "a list"
+    if origin is dict:
+        return "a mapping"
+    if tp is type(None):
+        return "null"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(
+        tp, getattr(tp, "__name__", str(tp)))
+
+
+def _coerce(value: Any, tp: Any, key: str, origin: _Origin) -> Any:
+    """Check ``value`` against the annotation ``tp``; return it converted where lossless."""
+    kind = typing.get_origin(tp)
+    bad = origin.error(key, f"expected {_describe_type(tp)}, got {value!r} "
+                            f"({type(value).__name__})")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise bad
+        return _build(tp, value, key, origin)
+    if kind is Literal:
+        if value not in typing.get_args(tp):
+            raise bad
+        return value
+    if kind in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key, origin)
+            except ConfigError:
+                continue
+        raise bad
+    if kind in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise bad
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        items = [_coerce(v, item_tp, f"{key}[{i}]", origin) for i, v in enumerate(value)]
+        return tuple(items) if kind is tuple else items
+    if kind is dict:
+        if not isinstance(value, Mapping):
+            raise bad
+        key_tp, value_tp = typing.get_args(tp) or (Any, Any)
+        return {_coerce(k, key_tp, key, origin): _coerce(v, value_tp, f"{key}.{k}", origin)
+                for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise bad
+        return value
+    raise TypeError(f"unsupported config annotation {tp!r} at {key}")
+
+
+def _check_range(value: Any, meta: Mapping[str, Any], key: str, origin: _Origin) -> None:
+    if value is None:
+        return
+    checks = [("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
+              ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")]
+    for name, ok, symbol in checks:
+        if name in meta and not ok(value, meta[name]):
+            raise origin.error(key, f"must be {symbol} {meta[name]}, got {value!r}")
+    if "choices" in meta and value not in meta["choices"]:
+        allowed = ", ".join(repr(c) for c in meta["choices"])
+        raise origin.error(key, f"must be one of {allowed}, got {value!r}")
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str, origin: _Origin) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = f"{prefix}.{unknown[0]}" if prefix else str(unknown[0])
+        allowed = ", ".join(sorted(fields))
+        raise origin.error(key, f"unknown key; allowed here: {allowed}")
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{prefix}.{name}" if prefix else name
+        converted = _coerce(value, hints[name], key, origin)
+        _check_range(converted, fields[name].metadata, key, origin)
+        kwargs[name] = converted
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        # __post_init__ cross-field rules: message may start with "field: ..."
+        message = str(exc)
+        field_name, sep, rest = message.partition(": ")
+        if sep and field_name in fields:
+            key = f"{prefix}.{field_name}" if prefix else field_name
+            raise origin.error(key, rest) from None
+        raise origin.error(prefix or "config", message) from None
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse ``a.b.c=value``; the value is read as a YAML scalar/list (``3e-4``, ``true``, ``[a, b]``)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override {text!r} must look like key.path=value", source="--set")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    # YAML 1.1 reads "3e-4" as a string; accept it as the float a user meant.
+    if isinstance(value, str):
+        try:
+            value = float(value) if any(c in value for c in ".eE") else value
+        except ValueError:
+            pass
+    return key, value
+
+
+def _apply_override(data: dict[str, Any], key: str, value: Any, origin: _Origin) -> dict[str, Any]:
+    parts = key.split(".")
+    cls: Any = Config
+    for i, part in enumerate(parts):
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        if part not in names:
+            where = ".".join(parts[:i]) or "top level"
+            raise ConfigError(f"unknown key (in {where}, allowed: {', '.join(sorted(names))})",
+                              source="--set", key=key)
+        hint = typing.get_type_hints(cls)[part]
+        if i < len(parts) - 1:
+            if not dataclasses.is_dataclass(hint):
+                raise ConfigError(f"'{part}' is not a section; cannot set a sub-key",
+                                  source="--set", key=key)
+            cls = hint
+    nested: Any = value
+    for part in reversed(parts):
+        nested = {part: nested}
+    origin.sources[key] = ("--set", None)
+    return _deep_merge(data, nested)
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
+    """Load a preset name or YAML path (``None``: the built-in defaults), then apply ``--set`` overrides."""
+    origin = _Origin()
+    data: dict[str, Any] = {}
+    if path is not None:
+        for source, layer, lines in _load_layers(resolve_preset(path)):
+            origin.record("", layer, source, lines)
+            data = _deep_merge(data, layer)
+    for text in overrides:
+        key, value = parse_override(text)
+        data = _apply_override(data, key, value, origin)
+    return _build(Config, data, "", origin)
+
+
+def config_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Config:
+    """Build a config from a plain mapping (a dumped config, Airflow Params, a run's params)."""
+    origin = _Origin()
+    origin.record("", data, source, {})
+    return _build(Config, data, "", origin)

@@ -1,0 +1,34 @@
+"""Configuration of where jobs run: a cluster profile (SLURM) or the local executor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class SlurmConfig:
+    executor: Literal["local", "slurm"] = "local"
+    """``local``: submitit's local executor on this machine; ``slurm``: sbatch on a cluster."""
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    nodes: int = field(default=1, metadata={"ge": 1})
+    gpus_per_node: int = field(default=0, metadata={"ge": 0})
+    tasks_per_node: int = field(default=1, metadata={"ge": 1})
+    """One task per GPU on GPU clusters; on CPU, ranks per node."""
+    cpus_per_task: int = field(default=1, metadata={"ge": 1})
+    mem_gb: float = field(default=4.0, metadata={"gt": 0.0})
+    time_min: int = field(default=60, metadata={"ge": 1})
+    exclude: list[str] = field(default_factory=list)
+    """Nodes never to run on (the retry path adds suspect nodes here)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment for every task, e.g. NCCL_SOCKET_IFNAME, NCCL_IB_HCA."""
+    setup: list[str] = field(default_factory=list)
+    """Shell lines run before the task (module loads, container activation)."""
+    container_image: str | None = None
+    """If set, run under pyxis/enroot (``--container-image``)."""
+    folder: str = "runs/slurm"
+    """Shared directory for submitit's pickles and logs, keyed by run and attempt."""
+    max_retries: int = field(default=3, metadata={"ge": 0})

@@ -1,0 +1,15 @@
+"""Configuration of experiment tracking and the model registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class TrackingConfig:
+    enabled: bool = True
+    tracking_uri: str = "sqlite:///runs/mlflow.db"
+    """MLflow tracking URI: ``http://host:port`` for a server, ``sqlite:///...`` locally."""
+    artifact_location: str | None = None
+    experiment: str = "ffjobs"
+    registered_model: str = "ffjobs-face-fusion"
