@@ -30,11 +30,20 @@ COMMAND_MODULES = (
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """``--config`` and ``--set``: shared by every command that reads the resolved config."""
     parser.add_argument(
-        "--config", "-c", default=None, metavar="PRESET|PATH",
-        help="preset name (configs/<name>.yaml) or YAML path; default: the built-in local profile")
+        "--config",
+        "-c",
+        default=None,
+        metavar="PRESET|PATH",
+        help="preset name (configs/<name>.yaml) or YAML path; default: the built-in local profile",
+    )
     parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-        help="override one field, e.g. --set train.lr=2e-4 (repeatable)")
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one field, e.g. --set train.lr=2e-4 (repeatable)",
+    )
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ffjobs",
         description="Face-fusion training on SLURM: validate data, preflight the fabric, "
-                    "train with DDP, evaluate, register.")
+        "train with DDP, evaluate, register.",
+    )
     parser.add_argument("--version", action="version", version=f"ffjobs {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMAND_MODULES:

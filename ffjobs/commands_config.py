@@ -13,8 +13,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show = actions.add_parser("show", help="print the resolved config (presets and --set applied)")
     add_config_arguments(show)
     show.add_argument("--format", choices=("yaml", "json"), default="yaml")
-    show.add_argument("--json", action="store_const", const="json", dest="format",
-                      help="same as --format json")
+    show.add_argument(
+        "--json", action="store_const", const="json", dest="format", help="same as --format json"
+    )
     show.set_defaults(handler=_show)
 
 

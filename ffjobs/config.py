@@ -13,6 +13,7 @@ module composes them and owns the loading rules:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import types
@@ -24,8 +25,8 @@ from typing import Any, Literal
 
 import yaml
 
-from ffjobs.errors import UserError
 from ffjobs.data.config import DataConfig
+from ffjobs.errors import UserError
 from ffjobs.evaluate.config import EvaluateConfig
 from ffjobs.models.config import ModelConfig
 from ffjobs.preflight.config import PreflightConfig
@@ -40,8 +41,14 @@ DEFAULT_PRESET = "local"
 class ConfigError(UserError, ValueError):
     """A user-fixable configuration mistake; ``str()`` is one line naming where and what."""
 
-    def __init__(self, message: str, *, source: str | None = None, key: str | None = None,
-                 line: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        key: str | None = None,
+        line: int | None = None,
+    ):
         self.source, self.key, self.line, self.detail = source, key, line, message
         where = ""
         if source:
@@ -100,7 +107,9 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         tag = (exc.problem or "").split("'")[1] if "'" in (exc.problem or "") else "tag"
         raise ConfigError(
             f"unsafe YAML tag {tag} is not allowed; use plain mappings, lists and scalars",
-            source=source, line=line) from None
+            source=source,
+            line=line,
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else None
@@ -109,8 +118,9 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     if data is None:
         return {}, {}
     if not isinstance(data, dict):
-        raise ConfigError(f"top level must be a mapping, got {type(data).__name__}",
-                          source=source, line=1)
+        raise ConfigError(
+            f"top level must be a mapping, got {type(data).__name__}", source=source, line=1
+        )
     lines: dict[str, int] = {}
     _index_lines(node, "", lines)
     return data, lines
@@ -154,13 +164,20 @@ def _load_layers(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, dic
     layers: list[tuple[str, dict, dict]] = []
     if parent is not None:
         if not isinstance(parent, str):
-            raise ConfigError("must be a preset name or a path (string)", source=str(path),
-                              key="extends", line=lines.get("extends"))
+            raise ConfigError(
+                "must be a preset name or a path (string)",
+                source=str(path),
+                key="extends",
+                line=lines.get("extends"),
+            )
         parent_path = resolve_preset(parent, relative_to=path)
         if not parent_path.exists():
-            raise ConfigError(f"preset '{parent}' not found (looked beside this file and in "
-                              f"configs/)", source=str(path), key="extends",
-                              line=lines.get("extends"))
+            raise ConfigError(
+                f"preset '{parent}' not found (looked beside this file and in configs/)",
+                source=str(path),
+                key="extends",
+                line=lines.get("extends"),
+            )
         layers = _load_layers(parent_path, (*seen, resolved))
     layers.append((str(path), data, lines))
     return layers
@@ -220,14 +237,16 @@ def _describe_type(tp: Any) -> str:
     if dataclasses.is_dataclass(tp):
         return "a mapping"
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(
-        tp, getattr(tp, "__name__", str(tp)))
+        tp, getattr(tp, "__name__", str(tp))
+    )
 
 
 def _coerce(value: Any, tp: Any, key: str, origin: _Origin) -> Any:
     """Check ``value`` against the annotation ``tp``; return it converted where lossless."""
     kind = typing.get_origin(tp)
-    bad = origin.error(key, f"expected {_describe_type(tp)}, got {value!r} "
-                            f"({type(value).__name__})")
+    bad = origin.error(
+        key, f"expected {_describe_type(tp)}, got {value!r} ({type(value).__name__})"
+    )
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise bad
@@ -258,8 +277,10 @@ def _coerce(value: Any, tp: Any, key: str, origin: _Origin) -> Any:
         if not isinstance(value, Mapping):
             raise bad
         key_tp, value_tp = typing.get_args(tp) or (Any, Any)
-        return {_coerce(k, key_tp, key, origin): _coerce(v, value_tp, f"{key}.{k}", origin)
-                for k, v in value.items()}
+        return {
+            _coerce(k, key_tp, key, origin): _coerce(v, value_tp, f"{key}.{k}", origin)
+            for k, v in value.items()
+        }
     if tp is Any:
         return value
     if tp is bool:
@@ -284,8 +305,12 @@ def _coerce(value: Any, tp: Any, key: str, origin: _Origin) -> Any:
 def _check_range(value: Any, meta: Mapping[str, Any], key: str, origin: _Origin) -> None:
     if value is None:
         return
-    checks = [("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
-              ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")]
+    checks = [
+        ("ge", lambda v, b: v >= b, ">="),
+        ("gt", lambda v, b: v > b, ">"),
+        ("le", lambda v, b: v <= b, "<="),
+        ("lt", lambda v, b: v < b, "<"),
+    ]
     for name, ok, symbol in checks:
         if name in meta and not ok(value, meta[name]):
             raise origin.error(key, f"must be {symbol} {meta[name]}, got {value!r}")
@@ -335,10 +360,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = raw
     # YAML 1.1 reads "3e-4" as a string; accept it as the float a user meant.
     if isinstance(value, str):
-        try:
+        with contextlib.suppress(ValueError):
             value = float(value) if any(c in value for c in ".eE") else value
-        except ValueError:
-            pass
     return key, value
 
 
@@ -349,13 +372,17 @@ def _apply_override(data: dict[str, Any], key: str, value: Any, origin: _Origin)
         names = {f.name: f for f in dataclasses.fields(cls)}
         if part not in names:
             where = ".".join(parts[:i]) or "top level"
-            raise ConfigError(f"unknown key (in {where}, allowed: {', '.join(sorted(names))})",
-                              source="--set", key=key)
+            raise ConfigError(
+                f"unknown key (in {where}, allowed: {', '.join(sorted(names))})",
+                source="--set",
+                key=key,
+            )
         hint = typing.get_type_hints(cls)[part]
         if i < len(parts) - 1:
             if not dataclasses.is_dataclass(hint):
-                raise ConfigError(f"'{part}' is not a section; cannot set a sub-key",
-                                  source="--set", key=key)
+                raise ConfigError(
+                    f"'{part}' is not a section; cannot set a sub-key", source="--set", key=key
+                )
             cls = hint
     nested: Any = value
     for part in reversed(parts):

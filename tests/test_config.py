@@ -1,0 +1,157 @@
+"""The config loader: presets, overrides, round-trips, and one-line errors that say where."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ffjobs.config import Config, ConfigError, config_from_dict, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_defaults_are_the_local_preset():
+    assert load_config(None) == load_config("local")
+
+
+def test_every_shipped_preset_loads():
+    presets = sorted((REPO / "configs").rglob("*.yaml"))
+    assert len(presets) >= 3
+    for preset in presets:
+        assert isinstance(load_config(preset), Config), preset
+
+
+def test_extends_merges_over_parent(tmp_path):
+    write(tmp_path, "base.yaml", "train:\n  steps: 7\n  lr: 0.1\n")
+    child = write(tmp_path, "child.yaml", "extends: base.yaml\ntrain:\n  lr: 0.2\n")
+    cfg = load_config(child)
+    assert (cfg.train.steps, cfg.train.lr) == (7, 0.2)
+
+
+def test_cluster_profile_extends_presets():
+    cfg = load_config("clusters/h200-ib")
+    assert cfg.slurm.executor == "slurm"
+    assert cfg.slurm.gpus_per_node == 8
+    assert cfg.model.resolution == 256  # from train-256.yaml
+    assert cfg.slurm.env["NCCL_IB_HCA"].startswith("=mlx5_0")
+
+
+def test_override_applies_and_types_are_parsed():
+    cfg = load_config(None, ["train.lr=3e-4", "slurm.exclude=[node1, node2]", "train.compile=true"])
+    assert cfg.train.lr == pytest.approx(3e-4)
+    assert cfg.slurm.exclude == ["node1", "node2"]
+    assert cfg.train.compile is True
+
+
+def test_round_trip_yaml_and_json(tmp_path):
+    cfg = load_config("clusters/h200-ib", ["train.lr=1e-3"])
+    dumped = write(tmp_path, "dumped.yaml", cfg.dump("yaml"))
+    assert load_config(dumped) == cfg
+    assert config_from_dict(json.loads(cfg.dump("json"))) == cfg
+
+
+def test_extends_cycle_is_an_error(tmp_path):
+    write(tmp_path, "a.yaml", "extends: b.yaml\n")
+    write(tmp_path, "b.yaml", "extends: a.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(tmp_path / "a.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("train:\n  lrr: 1\n", r"bad\.yaml:2: train\.lrr: unknown key; allowed here: .*\blr\b"),
+        ("train:\n  steps: many\n", r"bad\.yaml:2: train\.steps: expected an integer, got 'many'"),
+        ("train:\n  lr: -1\n", r"bad\.yaml:2: train\.lr: must be > 0\.0, got -1"),
+        ("train:\n  precision: fp8\n", r"bad\.yaml:2: train\.precision: expected one of 'fp32'"),
+        ("model:\n  resolution: 1024\n", r"bad\.yaml:2: model\.resolution: must be <= 512"),
+        ("train: [\n", r"bad\.yaml:2: YAML syntax error"),
+        ("x: !!python/object/apply:os.system [echo]\n", r"bad\.yaml:1: unsafe YAML tag .*python"),
+        ("- a\n- b\n", r"bad\.yaml:1: top level must be a mapping"),
+        (
+            "train:\n  faults: {kill_rank: 1}\n",
+            r"bad\.yaml:2: train\.faults\.kill_rank: .*together",
+        ),
+    ],
+)
+def test_bad_files_name_file_line_and_key(tmp_path, text, expected):
+    path = write(tmp_path, "bad.yaml", text)
+    with pytest.raises(ConfigError, match=expected) as info:
+        load_config(path)
+    assert "\n" not in str(info.value)
+
+
+def test_unsafe_tag_is_never_executed(tmp_path):
+    marker = tmp_path / "pwned"
+    path = write(tmp_path, "bad.yaml", f"x: !!python/object/apply:os.system ['touch {marker}']\n")
+    with pytest.raises(ConfigError):
+        load_config(path)
+    assert not marker.exists()
+
+
+def test_missing_file_names_the_path(tmp_path):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: file not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_unknown_override_key_is_an_error():
+    with pytest.raises(ConfigError, match=r"--set: train\.nope: unknown key"):
+        load_config(None, ["train.nope=1"])
+    with pytest.raises(ConfigError, match=r"must look like key\.path=value"):
+        load_config(None, ["train.lr"])
+
+
+def test_override_error_points_at_the_override():
+    with pytest.raises(ConfigError, match=r"^--set: train\.steps: must be >= 1"):
+        load_config("local", ["train.steps=0"])
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ffjobs.cli", *args], capture_output=True, text=True, cwd=REPO
+    )
+
+
+def test_cli_config_show_json_with_override():
+    result = run_cli("config", "show", "--set", "train.lr=3e-4", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["train"]["lr"] == pytest.approx(3e-4)
+
+
+def test_cli_config_show_yaml_round_trips():
+    result = run_cli("config", "show", "--config", "clusters/h200-ib")
+    assert result.returncode == 0, result.stderr
+    assert config_from_dict(yaml.safe_load(result.stdout)) == load_config("clusters/h200-ib")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--set", "train.nope=1"), "train.nope: unknown key"),
+        (("--config", "does-not-exist.yaml"), "does-not-exist.yaml: file not found"),
+    ],
+)
+def test_cli_config_errors_exit_2_without_traceback(args, needle):
+    result = run_cli("config", "show", *args)
+    assert result.returncode == 2
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_cli_version_and_help():
+    from ffjobs import __version__
+
+    assert run_cli("--version").stdout.strip() == f"ffjobs {__version__}"
+    assert "config" in run_cli("--help").stdout
