@@ -1,0 +1,52 @@
+"""ffjobs imports without Airflow, MLflow, boto3 or submitit: the GPU image has none of them,
+and DAG parsing must stay fast. Those libraries are imported inside the functions that use them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+BLOCKED = ("airflow", "mlflow", "boto3", "botocore", "submitit")
+
+PROBE = textwrap.dedent(
+    """
+    import importlib, pkgutil, sys
+
+    blocked = set(sys.argv[1].split(","))
+
+    class Blocker:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in blocked:
+                raise ImportError(f"{name} imported at module level")
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+    import ffjobs, ffjobs.cli
+
+    failures = []
+    for info in pkgutil.walk_packages(ffjobs.__path__, "ffjobs."):
+        if info.name.startswith("ffjobs.airflow"):  # Airflow's own operator and trigger
+            continue
+        try:
+            importlib.import_module(info.name)
+        except ImportError as exc:
+            failures.append(f"{info.name}: {exc}")
+    ffjobs.cli.build_parser()
+    print("\\n".join(failures))
+    sys.exit(1 if failures else 0)
+    """
+)
+
+
+def test_package_imports_without_orchestration_libraries():
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, ",".join(BLOCKED)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
