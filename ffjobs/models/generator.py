@@ -1,0 +1,117 @@
+"""SimSwap-style generator: encode the target, inject the source identity, decode.
+
+Signature: ``generator(target, source_embedding) -> fused``
+
+* ``target``: ``(N, 3, H, W)`` float images in ``[-1, 1]`` (``H == W == ModelConfig.resolution``);
+* ``source_embedding``: ``(N, identity_dim)`` identity embeddings of the source faces (raw
+  identity-encoder output; the generator L2-normalises them itself);
+* ``fused``: ``(N, 3, H, W)`` in ``[-1, 1]`` (tanh), carrying the source identity and the
+  target's pose, expression and lighting.
+
+GPU notes: every block is plain conv + per-sample normalisation, so it runs in channels_last;
+the AdaIN modulation folds instance-norm statistics and the style into one ``scale``/``shift``
+pair and applies it in a single ``addcmul`` pass over the activations.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ffjobs.models.config import ModelConfig
+
+
+def _norm(kind: str, channels: int) -> nn.Module:
+    if kind == "instance":
+        return nn.InstanceNorm2d(channels, affine=True)
+    return nn.Identity()
+
+
+class AdaptiveInstanceNorm(nn.Module):
+    """Instance norm whose scale and shift come from the identity embedding (AdaIN)."""
+
+    def __init__(self, channels: int, identity_dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.style = nn.Linear(identity_dim, 2 * channels)
+
+    def forward(self, x: Tensor, embedding: Tensor) -> Tensor:
+        gamma, beta = self.style(embedding).float()[:, :, None, None].chunk(2, dim=1)
+        var, mean = torch.var_mean(x, dim=(2, 3), keepdim=True, correction=0)
+        # (x - mean) * rstd * (1 + gamma) + beta == x * scale + shift: one pass over x.
+        scale = (1.0 + gamma) * torch.rsqrt(var.float() + self.eps)
+        shift = beta - mean.float() * scale
+        return torch.addcmul(shift.to(x.dtype), x, scale.to(x.dtype))
+
+
+class ModulatedResidualBlock(nn.Module):
+    """conv -> AdaIN -> ReLU -> conv -> AdaIN, plus the skip connection."""
+
+    def __init__(self, channels: int, identity_dim: int, padding_mode: str):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, padding_mode=padding_mode)
+        self.mod1 = AdaptiveInstanceNorm(channels, identity_dim)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, padding_mode=padding_mode)
+        self.mod2 = AdaptiveInstanceNorm(channels, identity_dim)
+
+    def forward(self, x: Tensor, embedding: Tensor) -> Tensor:
+        h = F.relu(self.mod1(self.conv1(x), embedding), inplace=True)
+        return x + self.mod2(self.conv2(h), embedding)
+
+
+def _upsample(kind: str, in_ch: int, out_ch: int, padding_mode: str) -> nn.Module:
+    if kind == "transposed":
+        return nn.ConvTranspose2d(in_ch, out_ch, 4, stride=2, padding=1)
+    scale = (
+        nn.Upsample(scale_factor=2, mode="nearest")
+        if kind == "nearest"
+        else nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+    )
+    return nn.Sequential(scale, nn.Conv2d(in_ch, out_ch, 3, padding=1, padding_mode=padding_mode))
+
+
+class Generator(nn.Module):
+    """Encoder -> identity-modulated residual bottleneck -> decoder; see the module docstring."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        pad = cfg.padding
+        widths = [min(cfg.width * 2**i, cfg.max_width) for i in range(cfg.downsamplings + 1)]
+        self.resolution = cfg.resolution
+        self.identity_dim = cfg.identity_dim
+
+        encoder: list[nn.Module] = [
+            nn.Conv2d(3, widths[0], 7, padding=3, padding_mode=pad),
+            _norm(cfg.generator_norm, widths[0]),
+            nn.ReLU(inplace=True),
+        ]
+        for in_ch, out_ch in zip(widths[:-1], widths[1:], strict=True):
+            encoder += [
+                nn.Conv2d(in_ch, out_ch, 3, stride=2, padding=1, padding_mode=pad),
+                _norm(cfg.generator_norm, out_ch),
+                nn.ReLU(inplace=True),
+            ]
+        self.encoder = nn.Sequential(*encoder)
+
+        self.bottleneck = nn.ModuleList(
+            ModulatedResidualBlock(widths[-1], cfg.identity_dim, pad)
+            for _ in range(cfg.residual_blocks)
+        )
+
+        decoder: list[nn.Module] = []
+        for in_ch, out_ch in zip(widths[:0:-1], widths[-2::-1], strict=True):
+            decoder += [
+                _upsample(cfg.upsampling, in_ch, out_ch, pad),
+                _norm(cfg.generator_norm, out_ch),
+                nn.ReLU(inplace=True),
+            ]
+        decoder += [nn.Conv2d(widths[0], 3, 7, padding=3, padding_mode=pad), nn.Tanh()]
+        self.decoder = nn.Sequential(*decoder)
+
+    def forward(self, target: Tensor, source_embedding: Tensor) -> Tensor:
+        embedding = F.normalize(source_embedding.float(), dim=1).to(source_embedding.dtype)
+        h = self.encoder(target)
+        for block in self.bottleneck:
+            h = block(h, embedding)
+        return self.decoder(h)

@@ -1,0 +1,142 @@
+"""The frozen identity encoder used by the identity loss, and loading its weights.
+
+``IdentityEncoder(images) -> embeddings``: images ``(N, 3, H, W)`` in ``[-1, 1]`` at any size are
+resized to the backbone's input size (bilinear, no antialiasing: cheap and differentiable)
+and embedded. The encoder is frozen: its parameters never require grad and it stays in eval
+mode even when a caller runs ``.train()`` on it, so batch norm uses its running statistics and
+gradients still flow through it to the fused images.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ffjobs.errors import UserError
+from ffjobs.models.config import ModelConfig
+from ffjobs.models.iresnet import IResNet, iresnet
+
+_SHOWN_KEYS = 5
+
+
+class IdentityWeightsError(UserError):
+    """An identity-encoder weight file that is missing, unreadable or of another layout."""
+
+
+class IdentityEncoder(nn.Module):
+    """Frozen iresnet behind a resize to its input size; see the module docstring."""
+
+    def __init__(self, backbone: IResNet, input_size: int):
+        super().__init__()
+        self.backbone = backbone
+        self.input_size = input_size
+        self.requires_grad_(False)
+        self.eval()
+
+    def train(self, mode: bool = True) -> IdentityEncoder:
+        """Stay in eval mode whatever the caller asks: the encoder is a fixed measuring tool."""
+        return super().train(False)
+
+    def forward(self, images: Tensor) -> Tensor:
+        if images.shape[-2:] != (self.input_size, self.input_size):
+            images = F.interpolate(
+                images,
+                size=(self.input_size, self.input_size),
+                mode="bilinear",
+                align_corners=False,
+                antialias=False,
+            )
+        return self.backbone(images)
+
+
+def build_identity_backbone(cfg: ModelConfig) -> IResNet:
+    """The iresnet ``cfg`` describes, randomly initialised."""
+    return iresnet(
+        cfg.identity_arch,
+        width=cfg.identity_width,
+        input_size=cfg.identity_input_size,
+        embedding_dim=cfg.identity_dim,
+    )
+
+
+def _describe(keys: list[str]) -> str:
+    shown = ", ".join(keys[:_SHOWN_KEYS])
+    more = f" (+{len(keys) - _SHOWN_KEYS} more)" if len(keys) > _SHOWN_KEYS else ""
+    return shown + more
+
+
+def read_state_dict(path: str | Path) -> dict[str, Tensor]:
+    """Read a state_dict file with ``torch.load(weights_only=True)``; errors are one line."""
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise IdentityWeightsError(
+            f"{path}: identity encoder weights not found; set model.identity_weights to an "
+            f"arcface_torch state_dict or create one with 'ffjobs models train-identity --out "
+            f"{path}'"
+        ) from None
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise IdentityWeightsError(
+            f"{path}: cannot load identity encoder weights with torch.load(weights_only=True) "
+            f"({reason}); it must be a plain state_dict of tensors"
+        ) from None
+    if (
+        isinstance(state, Mapping)
+        and "state_dict" in state
+        and isinstance(state["state_dict"], Mapping)
+    ):
+        state = state["state_dict"]
+    if not isinstance(state, Mapping) or not all(isinstance(v, Tensor) for v in state.values()):
+        raise IdentityWeightsError(
+            f"{path}: expected a state_dict (mapping of names to tensors), got "
+            f"{type(state).__name__}"
+        )
+    state = dict(state)
+    if state and all(key.startswith("module.") for key in state):  # saved from a DDP wrapper
+        state = {key.removeprefix("module."): value for key, value in state.items()}
+    return state
+
+
+def load_identity_weights(backbone: IResNet, path: str | Path, arch: str = "") -> None:
+    """Load ``path`` into ``backbone`` strictly; a layout mismatch names the keys and the file."""
+    state = read_state_dict(path)
+    expected = backbone.state_dict()
+    # BN step counters are bookkeeping; files saved without them are still complete.
+    missing = [k for k in expected if k not in state and not k.endswith("num_batches_tracked")]
+    unexpected = [k for k in state if k not in expected]
+    mismatched = [
+        f"{k} (file {list(state[k].shape)}, model {list(expected[k].shape)})"
+        for k in expected
+        if k in state and state[k].shape != expected[k].shape
+    ]
+    if missing or unexpected or mismatched:
+        problems = []
+        if missing:
+            problems.append(f"missing keys: {_describe(missing)}")
+        if unexpected:
+            problems.append(f"unexpected keys: {_describe(unexpected)}")
+        if mismatched:
+            problems.append(f"shape mismatch: {_describe(mismatched)}")
+        raise IdentityWeightsError(
+            f"{path}: does not fit the identity encoder {arch or 'iresnet'}: "
+            + "; ".join(problems)
+            + "; check model.identity_arch, identity_width, identity_input_size and identity_dim"
+        )
+    for key, value in expected.items():
+        state.setdefault(key, value)
+    backbone.load_state_dict(state, strict=True)
+
+
+def build_identity_encoder(cfg: ModelConfig, *, load_weights: bool = True) -> IdentityEncoder:
+    """The frozen encoder ``cfg`` describes, with ``cfg.identity_weights`` loaded if set."""
+    backbone = build_identity_backbone(cfg)
+    if load_weights and cfg.identity_weights:
+        load_identity_weights(backbone, cfg.identity_weights, cfg.identity_arch)
+    return IdentityEncoder(backbone, cfg.identity_input_size)

@@ -1,0 +1,103 @@
+"""Face-fusion losses; each function returns a dict of named scalar tensors with a ``total``.
+
+One training step, as the trainer uses them::
+
+    source_embedding = identity_encoder(source)            # no grad
+    fused = generator(target, source_embedding)
+    # discriminator update
+    d = discriminator_loss(disc_real=discriminator(target), disc_fused=discriminator(fused.detach()))
+    d["total"].backward()
+    # generator update (discriminator weights frozen, gradients flow through it)
+    g = generator_loss(fused=fused, target=target, same_identity=same_identity,
+                       source_embedding=source_embedding,
+                       fused_embedding=identity_encoder(fused),
+                       disc_fused=discriminator(fused), disc_real=<the real outputs above>,
+                       weights=model_cfg.losses)
+    g["total"].backward()
+
+All terms are batch means with a fixed denominator (the per-rank batch size), so averaging
+gradients over DDP ranks equals one step on the concatenated batch. That is why the
+reconstruction term divides by the batch size, not by the number of same-identity pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ffjobs.models.config import LossWeights
+from ffjobs.models.discriminator import DiscriminatorOutput
+
+
+def identity_cosine(embedding_a: Tensor, embedding_b: Tensor) -> Tensor:
+    """Per-sample cosine similarity of two embedding batches, in float32."""
+    return F.cosine_similarity(embedding_a.float(), embedding_b.float(), dim=1)
+
+
+def identity_loss(fused_embedding: Tensor, source_embedding: Tensor) -> Tensor:
+    """``mean(1 - cosine)`` between fused-output and source identity embeddings."""
+    return (1.0 - identity_cosine(fused_embedding, source_embedding.detach())).mean()
+
+
+def reconstruction_loss(fused: Tensor, target: Tensor, same_identity: Tensor) -> Tensor:
+    """L1 between fused and target over same-identity pairs, divided by the batch size."""
+    per_sample = (fused.float() - target.float()).abs().mean(dim=(1, 2, 3))
+    return (per_sample * same_identity.to(per_sample.dtype)).mean()
+
+
+def adversarial_generator_loss(disc_fused: Sequence[DiscriminatorOutput]) -> Tensor:
+    """Hinge generator term: ``-mean(D(fused))``, averaged over scales."""
+    return torch.stack([-out.logits.float().mean() for out in disc_fused]).mean()
+
+
+def feature_matching_loss(
+    disc_fused: Sequence[DiscriminatorOutput], disc_real: Sequence[DiscriminatorOutput]
+) -> Tensor:
+    """L1 between the last features of D(fused) and D(real) (real detached), over scales."""
+    terms = [
+        F.l1_loss(fused.features[-1].float(), real.features[-1].detach().float())
+        for fused, real in zip(disc_fused, disc_real, strict=True)
+    ]
+    return torch.stack(terms).mean()
+
+
+def discriminator_loss(
+    *, disc_real: Sequence[DiscriminatorOutput], disc_fused: Sequence[DiscriminatorOutput]
+) -> dict[str, Tensor]:
+    """Hinge loss ``relu(1 - D(real)) + relu(1 + D(fused))``, averaged over scales.
+
+    Returns ``d_real``, ``d_fused`` and ``total``. Pass ``fused.detach()`` through the
+    discriminator so this loss does not reach the generator.
+    """
+    real = torch.stack([F.relu(1.0 - out.logits.float()).mean() for out in disc_real]).mean()
+    fused = torch.stack([F.relu(1.0 + out.logits.float()).mean() for out in disc_fused]).mean()
+    return {"d_real": real, "d_fused": fused, "total": real + fused}
+
+
+def generator_loss(
+    *,
+    fused: Tensor,
+    target: Tensor,
+    same_identity: Tensor,
+    source_embedding: Tensor,
+    fused_embedding: Tensor,
+    disc_fused: Sequence[DiscriminatorOutput],
+    disc_real: Sequence[DiscriminatorOutput],
+    weights: LossWeights,
+) -> dict[str, Tensor]:
+    """Weighted sum of the generator's terms.
+
+    Returns ``adversarial``, ``identity``, ``reconstruction``, ``feature_matching`` (each
+    unweighted, for logging) and ``total`` (weighted with ``weights``, for ``backward``).
+    """
+    terms = {
+        "adversarial": adversarial_generator_loss(disc_fused),
+        "identity": identity_loss(fused_embedding, source_embedding),
+        "reconstruction": reconstruction_loss(fused, target, same_identity),
+        "feature_matching": feature_matching_loss(disc_fused, disc_real),
+    }
+    total = sum(getattr(weights, name) * value for name, value in terms.items())
+    return {**terms, "total": total}
