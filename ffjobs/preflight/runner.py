@@ -1,0 +1,76 @@
+"""Run the whole preflight: prepare the run directory, launch the ranks, judge, write the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ffjobs.errors import UserError
+from ffjobs.preflight.launch import launch_local, launch_slurm, local_gpu_count
+from ffjobs.preflight.report import build_report, write_report
+from ffjobs.preflight.worker import JOB_FILE
+
+
+def _new_run_dir(base: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(base) / f"{stamp}-{os.getpid()}"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=False)
+    except OSError as exc:
+        raise UserError(
+            f"preflight.run_dir: cannot create {run_dir}: {exc.strerror}; "
+            "choose a writable directory"
+        ) from None
+    return run_dir
+
+
+def resolve_backend(requested: str, gpus: int) -> str:
+    if requested == "auto":
+        return "nccl" if gpus > 0 else "gloo"
+    if requested == "nccl" and gpus == 0:
+        raise UserError(
+            "preflight.backend: nccl needs GPUs but none is visible here; "
+            "use --set preflight.backend=gloo or run on a GPU node"
+        )
+    return requested
+
+
+def run_preflight(
+    cfg, *, local: bool, nproc: int | None = None, sysfs_root: str | None = None
+) -> dict[str, Any]:
+    """Run the preflight for ``cfg`` (a full :class:`ffjobs.config.Config`); return the report."""
+    started = time.perf_counter()
+    pre = cfg.preflight
+    run_dir = _new_run_dir(pre.run_dir)
+    if local:
+        gpus = local_gpu_count()
+        backend = resolve_backend(pre.backend, gpus)
+        world = nproc or (gpus if backend == "nccl" else 2)
+        if backend == "nccl" and world > gpus:
+            raise UserError(f"--nproc {world} exceeds the {gpus} GPU(s) visible here")
+    else:
+        gpus = cfg.slurm.gpus_per_node
+        backend = resolve_backend(pre.backend, gpus)
+        world = cfg.slurm.nodes * cfg.slurm.tasks_per_node
+    job = {
+        "preflight": asdict(pre),
+        "backend": backend,
+        "world_size": world,
+        "sysfs_root": sysfs_root,
+        "env": dict(cfg.slurm.env),
+    }
+    (run_dir / JOB_FILE).write_text(json.dumps(job, indent=1), encoding="utf-8")
+    timeout = pre.timeout_s * 2 + 30
+    if local:
+        error = launch_local(run_dir, world, timeout)
+    else:
+        error, world = launch_slurm(cfg, run_dir)
+    report = build_report(run_dir, pre, world, backend, launch_error=error)
+    report["mode"] = "local" if local else cfg.slurm.executor
+    report["elapsed_s"] = round(time.perf_counter() - started, 2)
+    write_report(report, run_dir)
+    return report
