@@ -10,18 +10,31 @@ from typing import Literal
 class FaultInjection:
     """Drills for the recovery path; all off unless configured."""
 
-    kill_rank: int | None = None
-    kill_at_step: int | None = None
-    hang_rank: int | None = None
-    hang_at_step: int | None = None
-    raise_in_collective_at_step: int | None = None
+    kill_rank: int | None = field(default=None, metadata={"ge": 0})
+    """Rank that SIGKILLs itself at ``kill_at_step`` (the launcher then stops the others)."""
+    kill_at_step: int | None = field(default=None, metadata={"ge": 1})
+    hang_rank: int | None = field(default=None, metadata={"ge": 0})
+    """Rank that stops participating in collectives at ``hang_at_step`` (others time out)."""
+    hang_at_step: int | None = field(default=None, metadata={"ge": 1})
+    raise_in_collective_at_step: int | None = field(default=None, metadata={"ge": 1})
+    """Every rank raises from inside the gradient all-reduce of this step."""
     corrupt_latest_checkpoint: bool = False
+    """Flip bytes in each checkpoint right after it is written (tests the fallback)."""
 
     def __post_init__(self) -> None:
         if (self.kill_rank is None) != (self.kill_at_step is None):
             raise ValueError("kill_rank: kill_rank and kill_at_step must be set together")
         if (self.hang_rank is None) != (self.hang_at_step is None):
             raise ValueError("hang_rank: hang_rank and hang_at_step must be set together")
+
+    @property
+    def any_enabled(self) -> bool:
+        return (
+            self.kill_rank is not None
+            or self.hang_rank is not None
+            or self.raise_in_collective_at_step is not None
+            or self.corrupt_latest_checkpoint
+        )
 
 
 @dataclass
@@ -31,28 +44,54 @@ class TrainConfig:
     batch_size: int = field(default=8, metadata={"ge": 1})
     """Per-rank micro-batch size."""
     grad_accum: int = field(default=1, metadata={"ge": 1})
+    """Micro-batches per optimizer step; all but the last skip the gradient all-reduce."""
     lr: float = field(default=2e-4, metadata={"gt": 0.0, "le": 1.0})
     """Generator learning rate."""
     lr_discriminator: float = field(default=2e-4, metadata={"gt": 0.0, "le": 1.0})
     betas: list[float] = field(default_factory=lambda: [0.0, 0.99])
+    weight_decay: float = field(default=0.0, metadata={"ge": 0.0})
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    """After ``warmup_steps`` of linear warmup: constant, or cosine decay to ``min_lr_ratio``."""
     warmup_steps: int = field(default=0, metadata={"ge": 0})
+    min_lr_ratio: float = field(default=0.1, metadata={"ge": 0.0, "le": 1.0})
     grad_clip: float | None = field(default=1.0, metadata={"gt": 0.0})
+    """Max global gradient norm of each network; null: no clipping."""
     ema_decay: float | None = field(default=0.999, metadata={"gt": 0.0, "lt": 1.0})
+    """Decay of the generator's exponential moving average; null: no EMA."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """``bf16``: autocast; ``fp16``: autocast with a gradient scaler per network."""
     channels_last: bool = False
     compile: bool = False
+    """Wrap generator and discriminator in ``torch.compile``."""
+    fused_adam: bool = True
+    """Use the fused Adam kernel on CUDA (ignored on CPU)."""
+    bucket_cap_mb: float = field(default=25.0, metadata={"gt": 0.0})
+    """DDP gradient bucket size."""
     seed: int = 0
     deterministic: bool = False
+    """Deterministic kernels (slower on GPU); needed for bitwise resume on GPU."""
     log_every: int = field(default=10, metadata={"ge": 1})
+    """Steps between metric reports (console and MLflow)."""
+    progress: bool = True
+    """Show a progress line on rank 0's console."""
     checkpoint_every: int = field(default=50, metadata={"ge": 1})
     keep_checkpoints: int = field(default=3, metadata={"ge": 1})
     checkpoint_dir: str = "runs/checkpoints"
     """Local shared directory or ``s3://bucket/prefix``."""
+    resume: bool = True
+    """Start from the newest verified checkpoint in ``checkpoint_dir`` when there is one."""
+    peak_flops: float = field(default=790e12, metadata={"gt": 0.0})
+    """Per-device peak FLOP/s that MFU is reported against (H200 bf16 dense, measured)."""
     backend: Literal["auto", "nccl", "gloo"] = "auto"
+    """``auto``: nccl when CUDA is available, else gloo."""
     init_timeout_s: float = field(default=300.0, metadata={"gt": 0.0})
+    """How long ranks wait for each other at the rendezvous."""
     collective_timeout_s: float = field(default=600.0, metadata={"gt": 0.0})
+    """How long one collective may take before the communicator is torn down."""
     faults: FaultInjection = field(default_factory=FaultInjection)
 
     def __post_init__(self) -> None:
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas: must be two numbers in [0, 1), got {self.betas}")
+        if self.warmup_steps > self.steps:
+            raise ValueError(f"warmup_steps: must be <= steps ({self.steps})")

@@ -1,0 +1,202 @@
+"""Checkpoints as the unit of truth: atomic, verified, keep-last-K, with every rank's RNG state.
+
+Layout in the store (a local shared directory or ``s3://``)::
+
+    step-00000050.pt     torch.save of the whole training state (loaded with weights_only=True)
+    step-00000050.json   manifest: step, file, size, sha256, world size
+
+The manifest is written after the data file, so a manifest always names a complete file; a
+checkpoint whose file is missing, truncated or altered fails verification, and
+:meth:`Checkpointer.latest_verified` falls back to the previous one with a warning naming it.
+
+RNG states are per rank: every rank's states are gathered to rank 0 (``all_gather_object``)
+and written into the one file, so a restart with the same world size continues each rank's
+random stream exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import random
+import re
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ffjobs.train.distributed import barrier, get_rank, get_world_size
+from ffjobs.train.storage import CheckpointStore, open_store
+
+_MANIFEST = re.compile(r"step-(\d+)\.json")
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint was skipped because it failed verification."""
+
+
+@dataclass
+class CheckpointRef:
+    """A checkpoint that passed verification."""
+
+    step: int
+    name: str
+    location: str
+    _data: bytes | None = field(default=None, repr=False)
+
+
+def data_name(step: int) -> str:
+    return f"step-{step:08d}.pt"
+
+
+def manifest_name(step: int) -> str:
+    return f"step-{step:08d}.json"
+
+
+# --------------------------------------------------------------------------- RNG states
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """This process's python, numpy, torch (and CUDA) generator states, in loadable types."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of :func:`capture_rng_state`."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np_state = state["numpy"]
+    np.random.set_state(
+        (
+            np_state["kind"],
+            np_state["keys"].numpy().astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["cached_gaussian"],
+        )
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def gather_to_rank0(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` as a list indexed by rank (``[obj]`` when not distributed)."""
+    if get_world_size() == 1:
+        return [obj]
+    gathered: list[Any] = [None] * get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+# --------------------------------------------------------------------------- the checkpointer
+
+
+class Checkpointer:
+    """Save, verify, prune and load training checkpoints in one store."""
+
+    def __init__(self, location: str, keep: int = 3, store: CheckpointStore | None = None):
+        self.store = store if store is not None else open_store(location)
+        self.keep = keep
+
+    @property
+    def location(self) -> str:
+        return self.store.location
+
+    def save(self, step: int, state: dict[str, Any], rank_state: dict[str, Any]) -> str | None:
+        """Collective: all ranks call it; rank 0 writes ``state`` plus every rank's ``rank_state``.
+
+        Returns the written file's location on rank 0, ``None`` elsewhere.
+        """
+        barrier()  # every rank has finished this step before the state is taken
+        rank_states = gather_to_rank0(rank_state)
+        if get_rank() != 0:
+            return None
+        buffer = io.BytesIO()
+        torch.save({**state, "step": step, "rank_states": rank_states}, buffer)
+        payload = buffer.getvalue()
+        name = data_name(step)
+        self.store.write(name, payload)
+        manifest = {
+            "step": step,
+            "file": name,
+            "size": len(payload),
+            "sha256": hashlib.sha256(payload).hexdigest(),
+            "world_size": len(rank_states),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        self.store.write(manifest_name(step), json.dumps(manifest, indent=1).encode())
+        self.prune()
+        return self.store.describe(name)
+
+    def steps(self) -> list[int]:
+        """Steps that have a manifest, newest first."""
+        found = [int(m.group(1)) for n in self.store.list() if (m := _MANIFEST.fullmatch(n))]
+        return sorted(found, reverse=True)
+
+    def prune(self) -> None:
+        """Keep the newest ``keep`` checkpoints; delete the rest (manifest first)."""
+        for step in self.steps()[self.keep :]:
+            self.store.delete(manifest_name(step))
+            self.store.delete(data_name(step))
+
+    def verify(self, step: int) -> tuple[bool, str, bytes | None]:
+        """Check one checkpoint against its manifest: ``(ok, reason, data)``."""
+        try:
+            manifest = json.loads(self.store.read(manifest_name(step)))
+            expected_size, expected_sha = int(manifest["size"]), str(manifest["sha256"])
+        except Exception as exc:  # unreadable or malformed manifest: the checkpoint is unusable
+            return False, f"manifest unreadable ({exc})", None
+        try:
+            data = self.store.read(data_name(step))
+        except Exception as exc:
+            return False, f"data file unreadable ({exc})", None
+        if len(data) != expected_size:
+            return False, f"size {len(data)} != {expected_size} in manifest (truncated?)", None
+        if hashlib.sha256(data).hexdigest() != expected_sha:
+            return False, "sha256 differs from manifest (corrupted)", None
+        return True, "ok", data
+
+    def latest_verified(self) -> CheckpointRef | None:
+        """The newest checkpoint that passes verification; skipped ones are warned about by name."""
+        for step in self.steps():
+            ok, reason, data = self.verify(step)
+            if ok:
+                return CheckpointRef(
+                    step, data_name(step), self.store.describe(data_name(step)), data
+                )
+            warnings.warn(
+                f"skipping checkpoint {self.store.describe(data_name(step))}: {reason}; "
+                "falling back to the previous one",
+                CheckpointWarning,
+                stacklevel=2,
+            )
+        return None
+
+    def load(self, ref: CheckpointRef) -> dict[str, Any]:
+        """Deserialise a verified checkpoint onto the CPU (tensors and plain containers only)."""
+        data = ref._data
+        if data is None:
+            ok, reason, data = self.verify(ref.step)
+            if not ok or data is None:
+                raise RuntimeError(f"checkpoint {ref.location} failed verification: {reason}")
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

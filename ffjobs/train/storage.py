@@ -1,0 +1,124 @@
+"""Where checkpoints live: a local (shared) directory or ``s3://bucket/prefix``.
+
+Both stores give whole-object semantics: a reader sees either the complete old object or the
+complete new one. Locally that takes a temporary file, fsync, rename and an fsync of the
+directory; on S3 a PUT is already atomic.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Protocol
+
+
+class CheckpointStore(Protocol):
+    """A flat namespace of named byte blobs."""
+
+    location: str
+
+    def write(self, name: str, data: bytes) -> None: ...
+    def read(self, name: str) -> bytes: ...
+    def size(self, name: str) -> int: ...
+    def list(self) -> list[str]: ...
+    def delete(self, name: str) -> None: ...
+    def describe(self, name: str) -> str: ...
+
+
+class LocalStore:
+    """Files in one directory, written atomically."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        self.location = str(self.directory)
+
+    def write(self, name: str, data: bytes) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.directory / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        # the rename itself must reach the disk, or a crash can bring back the old name
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def read(self, name: str) -> bytes:
+        return (self.directory / name).read_bytes()
+
+    def size(self, name: str) -> int:
+        return (self.directory / name).stat().st_size
+
+    def list(self) -> list[str]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(p.name for p in self.directory.iterdir() if not p.name.startswith("."))
+
+    def delete(self, name: str) -> None:
+        (self.directory / name).unlink(missing_ok=True)
+
+    def describe(self, name: str) -> str:
+        return str(self.directory / name)
+
+
+class S3Store:
+    """Objects under ``s3://bucket/prefix`` via boto3 (honours ``AWS_ENDPOINT_URL``)."""
+
+    def __init__(self, url: str, client: object | None = None):
+        if not url.startswith("s3://"):
+            raise ValueError(f"not an s3:// URL: {url}")
+        bucket, _, prefix = url[len("s3://") :].partition("/")
+        self.bucket, self.prefix = bucket, prefix.strip("/")
+        self.location = url.rstrip("/")
+        if client is None:
+            import boto3
+
+            client = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)
+        self.client = client
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def write(self, name: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=data)
+
+    def read(self, name: str) -> bytes:
+        return self.client.get_object(Bucket=self.bucket, Key=self._key(name))["Body"].read()
+
+    def size(self, name: str) -> int:
+        return int(
+            self.client.head_object(Bucket=self.bucket, Key=self._key(name))["ContentLength"]
+        )
+
+    def list(self) -> list[str]:
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        names: list[str] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                rest = item["Key"][len(prefix) :]
+                if rest and "/" not in rest:
+                    names.append(rest)
+        return sorted(names)
+
+    def delete(self, name: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._key(name))
+
+    def describe(self, name: str) -> str:
+        return f"{self.location}/{name}"
+
+
+def open_store(location: str) -> CheckpointStore:
+    """A store for a local directory or an ``s3://`` URL."""
+    if location.startswith("s3://"):
+        return S3Store(location)
+    return LocalStore(location)
