@@ -81,11 +81,35 @@ def launch_local(run_dir: Path, nproc: int, timeout_s: float) -> str | None:
     return None
 
 
+def resolvable_address(node: str) -> str:
+    """``node`` if it resolves, else its SLURM ``NodeAddr`` (node names need not be hostnames)."""
+    try:
+        socket.gethostbyname(node)
+        return node
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "node", node, "-o"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return node
+    for field in out.split():
+        if field.startswith("NodeAddr="):
+            return field.split("=", 1)[1]
+    return node
+
+
 def _slurm_rank_entry(run_dir: str) -> int:
     """What each SLURM task runs: rank environment from submitit, then one preflight rank."""
     from submitit.helpers import TorchDistributedEnvironment
 
-    TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+    dist_env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+    os.environ["MASTER_ADDR"] = resolvable_address(dist_env.master_addr)
     from ffjobs.preflight.worker import run_rank
 
     return run_rank(run_dir)
@@ -97,29 +121,23 @@ def _make_executor(cfg, run_dir: Path):
         from ffjobs.slurm.executor import make_executor
     except ImportError:
         make_executor = None
-    if make_executor is not None:
-        try:
-            return make_executor(
-                cfg,
-                run_id=run_dir.name,
-                attempt=0,
-                folder=run_dir / "submitit",
-                time_min=max(1, int(cfg.preflight.timeout_s * 2 // 60) + 1),
-            )
-        except TypeError:  # an executor factory with a narrower signature
-            return make_executor(cfg, run_dir.name, 0)
+    timeout_min = max(1, int(cfg.preflight.timeout_s * 2 // 60) + 1)
+    if make_executor is not None:  # the shared factory: same shape and folders as training
+        executor = make_executor(cfg, run_id=f"preflight-{run_dir.name}", attempt=0)
+        executor.update_parameters(timeout_min=timeout_min, name=f"{cfg.name}-preflight")
+        return executor
     import submitit
 
     slurm = cfg.slurm
     executor = submitit.AutoExecutor(
-        folder=run_dir / "submitit", cluster=None if slurm.executor == "slurm" else "local"
+        folder=run_dir / "submitit", cluster="slurm" if slurm.executor == "slurm" else "local"
     )
     params: dict = {
         "nodes": slurm.nodes,
         "tasks_per_node": slurm.tasks_per_node,
         "cpus_per_task": slurm.cpus_per_task,
         "mem_gb": slurm.mem_gb,
-        "timeout_min": max(1, int(cfg.preflight.timeout_s * 2 // 60) + 1),
+        "timeout_min": timeout_min,
         "name": f"{cfg.name}-preflight",
     }
     if slurm.gpus_per_node:
@@ -152,7 +170,7 @@ def launch_slurm(cfg, run_dir: Path) -> tuple[str | None, int]:
         raise UserError(f"SLURM mode needs submitit ({exc}); install it or use --local") from None
     world = cfg.slurm.nodes * cfg.slurm.tasks_per_node
     try:
-        job = executor.submit(_slurm_rank_entry, str(run_dir))
+        job = executor.submit(_slurm_rank_entry, str(run_dir.resolve()))
     except Exception as exc:  # sbatch rejected the job: say why in one line
         return f"submission failed: {str(exc).strip().splitlines()[-1]}", world
     try:

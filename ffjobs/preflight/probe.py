@@ -31,8 +31,15 @@ def driver_version(proc_root: Path | str = "/proc") -> str | None:
     return match.group(1) if match else None
 
 
-def probe_node(sysfs_root: Path | str = "/sys", topology: bool = True) -> dict[str, Any]:
-    """Probe this node; cheap (no collectives), so it runs before the process group exists."""
+def probe_topology() -> dict[str, Any]:
+    """GPU link matrix from ``nvidia-smi topo -m`` (empty without nvidia-smi); can take ~1 s."""
+    text = run_nvidia_smi("topo", "-m")
+    matrix = parse_topo_matrix(text) if text else {}
+    return {"gpu_links": sorted(gpu_links(matrix)), "topology": matrix}
+
+
+def probe_node(sysfs_root: Path | str = "/sys") -> dict[str, Any]:
+    """Probe this node; cheap (no collectives, no subprocess), so it runs before rendezvous."""
     import torch
 
     nccl = None
@@ -52,10 +59,6 @@ def probe_node(sysfs_root: Path | str = "/sys", topology: bool = True) -> dict[s
                     "memory_gib": round(props.total_memory / 2**30, 1),
                 }
             )
-    matrix: dict[str, dict[str, str]] = {}
-    if topology and gpus:
-        text = run_nvidia_smi("topo", "-m")
-        matrix = parse_topo_matrix(text) if text else {}
     return {
         "node": node_name(),
         "hostname": socket.gethostname(),
@@ -65,8 +68,8 @@ def probe_node(sysfs_root: Path | str = "/sys", topology: bool = True) -> dict[s
         "nccl": nccl,
         "driver": driver_version(),
         "gpus": gpus,
-        "gpu_links": sorted(gpu_links(matrix)),
-        "topology": matrix,
+        "gpu_links": [],
+        "topology": {},
         "ib_ports": [port.to_dict() for port in read_ib_ports(sysfs_root)],
         "interfaces": list_interfaces(sysfs_root),
     }

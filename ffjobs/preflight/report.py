@@ -105,6 +105,11 @@ def build_report(
         }
     )
     verdict = verdict_of(findings)
+    stamps = leader.get("timestamps", {})
+    phases = {
+        f"{a}->{b}": round(stamps[b] - stamps[a], 3)
+        for a, b in zip(list(stamps), list(stamps)[1:], strict=False)
+    }
     return {
         "verdict": verdict,
         "reasons": [f.line() for f in findings if f.level != "PASS"],
@@ -125,6 +130,8 @@ def build_report(
             "expected_inter_node": cfg.expected_inter_node,
             "expected_ib_rate_gbps": cfg.expected_ib_rate_gbps,
         },
+        "rank0_phases_s": phases,
+        "_rank0_start": stamps.get("start"),
         "run_dir": str(run_dir),
     }
 

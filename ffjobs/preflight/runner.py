@@ -65,6 +65,7 @@ def run_preflight(
     }
     (run_dir / JOB_FILE).write_text(json.dumps(job, indent=1), encoding="utf-8")
     timeout = pre.timeout_s * 2 + 30
+    launched = time.time()
     if local:
         error = launch_local(run_dir, world, timeout)
     else:
@@ -72,5 +73,11 @@ def run_preflight(
     report = build_report(run_dir, pre, world, backend, launch_error=error)
     report["mode"] = "local" if local else cfg.slurm.executor
     report["elapsed_s"] = round(time.perf_counter() - started, 2)
+    rank0_start = report.pop("_rank0_start", None)
+    if rank0_start:
+        report["rank0_phases_s"] = {
+            "launch->start": round(rank0_start - launched, 3),
+            **report["rank0_phases_s"],
+        }
     write_report(report, run_dir)
     return report

@@ -10,7 +10,8 @@ from ffjobs.preflight.config import PreflightConfig
 from ffjobs.preflight.findings import Finding
 from ffjobs.preflight.nccl_log import NcclLog
 from ffjobs.preflight.probe import VERSION_KEYS
-from ffjobs.preflight.sweep import MIB
+
+MIB = 2**20
 
 _TRANSPORT_HINTS = {
     "SHM": "GPU peer-to-peer is off or unavailable (NCCL_P2P_DISABLE? no NVLink/PCIe P2P?); "

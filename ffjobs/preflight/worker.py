@@ -10,16 +10,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from ffjobs.preflight.config import PreflightConfig
-from ffjobs.preflight.findings import Finding
 from ffjobs.preflight.ib import IbPort, check_ib_ports
 from ffjobs.preflight.nccl_env import check_environment
-from ffjobs.preflight.probe import node_name, probe_node
+from ffjobs.preflight.probe import node_name, probe_node, probe_topology
 
 JOB_FILE = "job.json"
 RANKS_DIR = "ranks"
@@ -42,8 +43,9 @@ def _enable_nccl_debug(run_dir: Path, rank: int) -> None:
     log_dir = run_dir / NCCL_LOG_DIR
     log_dir.mkdir(parents=True, exist_ok=True)
     os.environ["NCCL_DEBUG"] = "INFO"
-    # INIT carries the channel and network lines; ENV echoes variables NCCL picked up.
-    os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET,ENV")
+    # Channel lines are logged under INIT|P2P, "Using network" under INIT|NET, variables
+    # NCCL picked up under ENV; WARN lines always print.
+    os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,P2P,SHM,NET,ENV")
     os.environ["NCCL_DEBUG_FILE"] = str(log_dir / f"rank-{rank:05d}.%h.%p.log")
 
 
@@ -111,6 +113,7 @@ def _group_checks(
 def run_rank(run_dir: str | Path) -> int:
     """Entry point of one rank; reads ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_*``."""
     run_dir = Path(run_dir)
+    started = time.time()
     job = json.loads((run_dir / JOB_FILE).read_text(encoding="utf-8"))
     cfg = PreflightConfig(**job["preflight"])
     for key, value in job.get("env", {}).items():  # the cluster profile's task environment
@@ -123,6 +126,7 @@ def run_rank(run_dir: str | Path) -> int:
         "local_rank": local_rank,
         "node": node_name(),
         "status": "started",
+        "timestamps": {"start": started},
     }
     if backend == "nccl":
         _enable_nccl_debug(run_dir, rank)
@@ -155,8 +159,17 @@ def _run(
 
     sysfs_root = job.get("sysfs_root") or "/sys"
     is_node_leader = local_rank == 0
-    probe = probe_node(sysfs_root, topology=cfg.probe_topology and is_node_leader)
+    probe = probe_node(sysfs_root)
     record["probe"] = probe
+    record["timestamps"]["probed"] = time.time()
+    topology: dict[str, Any] = {}
+    topology_thread = None
+    if cfg.probe_topology and is_node_leader and backend == "nccl":
+        # nvidia-smi can take a second: overlap it with rendezvous and the sweep.
+        topology_thread = threading.Thread(
+            target=lambda: topology.update(probe_topology()), daemon=True
+        )
+        topology_thread.start()
     env_findings = check_environment(
         os.environ, probe["interfaces"], probe["node"], allow_nvls=cfg.allow_nvls
     )
@@ -175,7 +188,9 @@ def _run(
         timeout=timedelta(seconds=cfg.timeout_s),
     )
     failures = _agree_on_environment(store, rank, world, own_failures, cfg.timeout_s)
+    record["timestamps"]["agreed"] = time.time()
     if failures:
+        _join_topology(topology_thread, topology, probe)
         record.update(status="aborted", aborted_because=failures)
         _write_json(rank_file(run_dir, rank), record)
         store.set(f"preflight/done/{rank}", "1")
@@ -201,6 +216,7 @@ def _run(
         **init_kwargs,
     )
     try:
+        record["timestamps"]["initialized"] = time.time()
         nodes: list[Any] = [None] * world
         dist.all_gather_object(nodes, probe["node"])
         results = sweep(
@@ -213,6 +229,7 @@ def _run(
             target_time_s=cfg.target_time_s,
         )
         record["sweep"] = [r.to_dict() for r in results]
+        record["timestamps"]["swept"] = time.time()
         record["group_checks"] = _group_checks(cfg, dtype, device, rank, nodes)
         record["world"] = {
             "size": world,
@@ -223,13 +240,17 @@ def _run(
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    _join_topology(topology_thread, topology, probe)
+    record["timestamps"]["end"] = time.time()
     record["status"] = "ok"
     _write_json(rank_file(run_dir, rank), record)
     return 0
 
 
-def findings_from_record(record: dict[str, Any]) -> list[Finding]:
-    return [Finding(**f) for f in record.get("env_findings", [])]
+def _join_topology(thread, topology: dict[str, Any], probe: dict[str, Any]) -> None:
+    if thread is not None:
+        thread.join(timeout=15)
+        probe.update(topology)
 
 
 if __name__ == "__main__":
