@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+Severity = Literal["error", "warning", "ignore"]
+
 
 @dataclass
 class SynthConfig:
@@ -17,6 +19,43 @@ class SynthConfig:
 
 
 @dataclass
+class ValidationConfig:
+    """What ``ffjobs validate`` checks, how severe each finding is, and when the dataset fails."""
+
+    min_resolution: int = field(default=32, metadata={"ge": 1})
+    """Shorter image side below which an image is too small to train on."""
+    max_aspect_ratio: float = field(default=2.0, metadata={"ge": 1.0})
+    """Longer side / shorter side above which the aspect ratio is extreme."""
+    max_pixels: int = field(default=50_000_000, metadata={"ge": 1})
+    """Pixel count (from the header) above which a file is a decompression bomb; never decoded."""
+    allowed_formats: list[str] = field(default_factory=lambda: ["JPEG", "PNG", "WEBP"])
+    """Image formats (PIL names) accepted; anything else is ``unsupported_format``."""
+    non_rgb_policy: Literal["convert", "reject"] = "convert"
+    """Grayscale/CMYK/16-bit/alpha images: ``convert`` (a warning) or ``reject`` (an error)."""
+    near_duplicate_distance: int = field(default=12, metadata={"ge": 0, "le": 64})
+    """Largest Hamming distance between 256-bit dHashes that counts as a near duplicate."""
+    min_images_per_identity: int = field(default=2, metadata={"ge": 1})
+    """Identities with fewer images cannot form same-identity pairs."""
+    severity: dict[str, Severity] = field(default_factory=dict)
+    """Per-check severity overrides, e.g. {"exact_duplicate": "error", "extreme_aspect": "ignore"}."""
+    max_bad_fraction: float = field(default=0.01, metadata={"ge": 0.0, "le": 1.0})
+    """The dataset fails when more than this fraction of files has an error-severity finding."""
+    workers: int = field(default=0, metadata={"ge": 0})
+    """Processes that inspect images; 0: one per CPU core."""
+    cache_dir: str | None = None
+    """Incremental cache; default ``$FFJOBS_CACHE_DIR`` or ``$XDG_CACHE_HOME/ffjobs`` (~/.cache)."""
+    report_dir: str = "runs/validation"
+    """Where ``report.json``, ``report.md`` and ``quarantine.txt`` go unless --report says."""
+
+    def __post_init__(self) -> None:
+        from ffjobs.data.checks import CHECKS
+
+        unknown = sorted(set(self.severity) - set(CHECKS))
+        if unknown:
+            raise ValueError(f"severity: unknown check {unknown[0]!r}; known: {', '.join(CHECKS)}")
+
+
+@dataclass
 class DataConfig:
     source: str = "runs/data/synthetic"
     """Dataset root: a local directory or ``s3://bucket/prefix``."""
@@ -24,7 +63,14 @@ class DataConfig:
     """How images map to identities; ``auto`` detects a manifest, then identity folders."""
     manifest: str | None = None
     """Manifest file (JSONL or CSV: path, identity, optional split), relative to ``source``."""
+    quarantine: str | None = None
+    """File listing paths (one per line) the loader skips; written by ``ffjobs validate``."""
+    s3_endpoint_url: str | None = None
+    """S3-compatible endpoint (MinIO, Ceph); default: AWS_ENDPOINT_URL or the AWS default."""
+    s3_region: str | None = None
+    """S3 region; default: AWS_REGION / AWS_DEFAULT_REGION or the profile's region."""
     synth: SynthConfig = field(default_factory=SynthConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
     val_fraction: float = field(default=0.2, metadata={"ge": 0.0, "lt": 1.0})
     """Fraction of identities held out for validation when the dataset has no split column."""
     same_identity_prob: float = field(default=0.5, metadata={"ge": 0.0, "le": 1.0})

@@ -1,0 +1,170 @@
+"""The validation checks: their names, default severities, and the rules that judge cached facts.
+
+Per-file checks turn one file's facts into findings; dataset checks look across files
+(duplicates, identities, splits). Severity is policy: ``error`` findings on a file put it in
+quarantine (the loader skips it), identity-level errors fail the dataset outright,
+``warning`` is reported only, ``ignore`` turns a check off.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ffjobs.data.config import ValidationConfig
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    severity: str
+    scope: str  # "file" or "identity"
+    description: str
+
+
+_ALL = [
+    Check("zero_byte", "error", "file", "file is empty"),
+    Check("cannot_open", "error", "file", "not an image PIL can open (or unreadable)"),
+    Check("truncated", "error", "file", "image data ends early"),
+    Check("decode_error", "error", "file", "image cannot be fully decoded"),
+    Check("unsupported_format", "error", "file", "format not in allowed_formats"),
+    Check("extension_mismatch", "warning", "file", "file extension lies about the format"),
+    Check("low_resolution", "error", "file", "shorter side below min_resolution"),
+    Check("extreme_aspect", "warning", "file", "aspect ratio above max_aspect_ratio"),
+    Check("non_rgb", "warning", "file", "grayscale, CMYK, 16-bit, palette or alpha image"),
+    Check("decompression_bomb", "error", "file", "header claims more than max_pixels; not decoded"),
+    Check("path_escape", "error", "file", "symlink or manifest path leaves the dataset root"),
+    Check("missing_file", "error", "file", "manifest lists a file that does not exist"),
+    Check("exact_duplicate", "warning", "file", "same bytes as another file"),
+    Check("near_duplicate", "warning", "file", "perceptual hash within near_duplicate_distance"),
+    Check(
+        "small_identity", "warning", "identity", "identity has fewer than min_images_per_identity"
+    ),
+    Check("identity_leakage", "error", "identity", "identity appears in more than one split"),
+]
+CHECKS: dict[str, Check] = {c.name: c for c in _ALL}
+
+EXTENSION_FORMATS = {
+    ".jpg": "JPEG",
+    ".jpeg": "JPEG",
+    ".png": "PNG",
+    ".webp": "WEBP",
+    ".bmp": "BMP",
+    ".gif": "GIF",
+    ".tif": "TIFF",
+    ".tiff": "TIFF",
+}
+# Findings that make the file unusable whatever the policy: no content to judge further.
+FATAL_FACTS = frozenset(
+    {
+        "zero_byte",
+        "cannot_open",
+        "truncated",
+        "decode_error",
+        "unsupported_format",
+        "decompression_bomb",
+        "path_escape",
+        "missing_file",
+    }
+)
+
+
+def severity_of(check: str, config: ValidationConfig) -> str:
+    """The configured severity of a check (``error``, ``warning`` or ``ignore``)."""
+    if check in config.severity:
+        return config.severity[check]
+    if check == "non_rgb":
+        return "error" if config.non_rgb_policy == "reject" else "warning"
+    return CHECKS[check].severity
+
+
+def file_findings(path: str, facts: Mapping, config: ValidationConfig) -> list[str]:
+    """Per-file checks that fire on one file's facts."""
+    found = []
+    if facts.get("error"):
+        found.append(facts["error"])
+    image_format = facts.get("format")
+    expected = EXTENSION_FORMATS.get(posixpath.splitext(path)[1].lower())
+    if image_format and expected and image_format != expected:
+        found.append("extension_mismatch")
+    if facts.get("error") in FATAL_FACTS or not facts.get("width"):
+        return found
+    width, height = facts["width"], facts["height"]
+    if min(width, height) < config.min_resolution:
+        found.append("low_resolution")
+    if max(width, height) / max(1, min(width, height)) > config.max_aspect_ratio:
+        found.append("extreme_aspect")
+    if facts.get("mode") != "RGB":
+        found.append("non_rgb")
+    return found
+
+
+def exact_duplicates(hashes: Mapping[str, str]) -> dict[str, str]:
+    """``{copy: original}`` for files with the same content hash (the first path is original)."""
+    first: dict[str, str] = {}
+    copies = {}
+    for path in sorted(hashes):
+        original = first.setdefault(hashes[path], path)
+        if original != path:
+            copies[path] = original
+    return copies
+
+
+def near_duplicates(
+    dhashes: Mapping[str, str | None],
+    max_distance: int,
+    exclude: Iterable[str] = (),
+    bits: int = 256,
+) -> dict[str, str]:
+    """``{later: earlier}`` for images whose hex dHashes differ in at most ``max_distance`` bits.
+
+    Pigeonhole banding: two hashes within ``d`` bits agree exactly on at least one of ``d + 1``
+    bands, so only files sharing a band value are compared (near-linear instead of quadratic).
+    """
+    skip = set(exclude)
+    paths = sorted(p for p in dhashes if p not in skip and dhashes[p])
+    values = [int(dhashes[p], 16) for p in paths]
+    bands = max_distance + 1
+    edges = [round(i * bits / bands) for i in range(bands + 1)]
+    masks = [((1 << (hi - lo)) - 1, lo) for lo, hi in zip(edges, edges[1:], strict=False)]
+    buckets: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i, value in enumerate(values):
+        for band, (mask, shift) in enumerate(masks):
+            buckets[(band, (value >> shift) & mask)].append(i)
+    matches: dict[str, str] = {}
+    for members in buckets.values():
+        for a_pos, a in enumerate(members):
+            for b in members[a_pos + 1 :]:
+                later = paths[b]
+                if later in matches:
+                    continue
+                if (values[a] ^ values[b]).bit_count() <= max_distance:
+                    matches[later] = paths[a]
+    return matches
+
+
+def identity_histogram(counts: Iterable[int]) -> dict[str, int]:
+    """Images-per-identity histogram in power-of-two buckets (``1``, ``2-3``, ``4-7``...)."""
+    histogram: dict[str, int] = {}
+    for n in sorted(counts):
+        low = 1 << (n.bit_length() - 1)
+        label = str(low) if low == 1 else f"{low}-{2 * low - 1}"
+        histogram[label] = histogram.get(label, 0) + 1
+    return histogram
+
+
+def leaking_identities(splits: Mapping[str, set[str]]) -> list[str]:
+    """Identities that appear in more than one split (train, val, test)."""
+    return sorted(identity for identity, seen in splits.items() if len(seen - {None}) > 1)
+
+
+def small_identities(counts: Mapping[str, int], minimum: int) -> list[str]:
+    return sorted(identity for identity, n in counts.items() if n < minimum)
+
+
+def examples(items: Sequence[str], limit: int = 5) -> list[str]:
+    return list(items[:limit])

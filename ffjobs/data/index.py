@@ -1,0 +1,328 @@
+"""What a dataset contains: images, their identities and splits, and a fingerprint naming its version.
+
+Three layouts map files to identities: identity folders (``root/<identity>/*.jpg``, VGGFace2
+style), flat folders (each image its own identity, FFHQ style) and a manifest (JSONL or CSV with
+``path``, ``identity`` and an optional ``split``). :func:`scan` lists a dataset as entries
+(validation uses it, problems included); :func:`build_index` turns it into the records training
+reads, without quarantined or unreadable files.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import posixpath
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from ffjobs.data.sources import (
+    FileStat,
+    PathEscapeError,
+    Source,
+    is_image_path,
+    normalize_relative,
+    open_source,
+)
+from ffjobs.errors import UserError
+
+if TYPE_CHECKING:
+    from ffjobs.data.config import DataConfig
+
+Layout = Literal["auto", "identity_folders", "flat", "manifest"]
+MANIFEST_NAMES = ("manifest.jsonl", "manifest.csv")
+SPLIT_ALIASES = {
+    "train": "train",
+    "training": "train",
+    "val": "val",
+    "valid": "val",
+    "validation": "val",
+    "test": "test",
+}
+
+
+class ManifestError(UserError):
+    """A manifest row is malformed."""
+
+
+@dataclass(frozen=True)
+class ScanEntry:
+    """One dataset file as the layout sees it; ``problem`` set when it must not be read."""
+
+    path: str
+    identity: str
+    split: str | None
+    stat: FileStat | None
+    problem: Literal["path_escape", "missing_file"] | None = None
+
+
+@dataclass(frozen=True)
+class Record:
+    """One training image: where it is, whose face it is, which split, and its content hash."""
+
+    path: str
+    identity: str
+    split: str | None
+    size: int
+    sha256: str
+
+
+@dataclass
+class DatasetIndex(Sequence[Record]):
+    """The images training reads, in a stable order, and the fingerprint naming this version."""
+
+    source: Source
+    layout: str
+    records: list[Record] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.records[i]
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records)
+
+    @property
+    def identities(self) -> list[str]:
+        return sorted({r.identity for r in self.records})
+
+    @property
+    def fingerprint(self) -> str:
+        return dataset_fingerprint(self.records)
+
+    def subset(self, records: Iterable[Record]) -> DatasetIndex:
+        return DatasetIndex(self.source, self.layout, list(records))
+
+
+def dataset_fingerprint(records: Iterable[Record]) -> str:
+    """Hash of the manifest content (paths, identities, splits, sizes, content hashes), 16 hex."""
+    digest = hashlib.sha256()
+    for r in sorted(records, key=lambda r: r.path):
+        digest.update(json.dumps([r.path, r.identity, r.split, r.size, r.sha256]).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- scanning
+
+
+def detect_layout(listing: Sequence[FileStat], manifest: str | None) -> str:
+    """``manifest`` if one is given or lies at the root, else identity folders if images sit in
+    sub-folders, else flat."""
+    if manifest:
+        return "manifest"
+    names = {f.path for f in listing}
+    if any(name in names for name in MANIFEST_NAMES):
+        return "manifest"
+    if any("/" in f.path for f in listing if is_image_path(f.path)):
+        return "identity_folders"
+    return "flat"
+
+
+def _manifest_name(listing: Sequence[FileStat], manifest: str | None) -> str:
+    if manifest:
+        return manifest
+    names = {f.path for f in listing}
+    return next(name for name in MANIFEST_NAMES if name in names)
+
+
+def _read_manifest_text(source: Source, manifest: str) -> str:
+    local = Path(manifest)
+    try:
+        if local.is_absolute() and local.is_file():
+            return local.read_text(encoding="utf-8")
+        return source.read_bytes(manifest).decode("utf-8")
+    except FileNotFoundError:
+        raise ManifestError(
+            f"manifest {manifest} not found in {source.uri}; check "
+            f"data.manifest (relative to data.source)"
+        ) from None
+    except (UnicodeDecodeError, PathEscapeError) as exc:
+        raise ManifestError(f"manifest {manifest}: {exc}") from None
+
+
+def read_manifest(text: str, name: str) -> Iterator[tuple[int, str, str, str | None]]:
+    """``(line, path, identity, split)`` rows of a JSONL or CSV manifest."""
+    if name.endswith(".csv"):
+        reader = csv.DictReader(io.StringIO(text))
+        missing = {"path", "identity"} - set(reader.fieldnames or ())
+        if missing:
+            raise ManifestError(
+                f"{name}:1: CSV header lacks {', '.join(sorted(missing))}; "
+                f"expected path,identity[,split]"
+            )
+        for line, row in enumerate(reader, start=2):
+            yield line, row["path"], row["identity"], (row.get("split") or None)
+        return
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+            yield line, str(row["path"]), str(row["identity"]), row.get("split")
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ManifestError(
+                f"{name}:{line}: expected a JSON object with path and identity ({exc})"
+            ) from None
+
+
+def _split(value: str | None, name: str, line: int) -> str | None:
+    if value is None or value == "":
+        return None
+    split = SPLIT_ALIASES.get(str(value).lower())
+    if split is None:
+        raise ManifestError(f"{name}:{line}: split {value!r} is not one of train, val, test")
+    return split
+
+
+def scan(
+    source: Source,
+    layout: Layout = "auto",
+    manifest: str | None = None,
+) -> tuple[str, list[ScanEntry]]:
+    """List a dataset under its layout: ``(resolved layout, entries)`` with problems marked."""
+    listing = list(source.list())
+    resolved = layout if layout != "auto" else detect_layout(listing, manifest)
+    if resolved != "manifest":
+        entries = []
+        for f in listing:
+            if not is_image_path(f.path):
+                continue
+            if resolved == "identity_folders":
+                if "/" not in f.path:
+                    continue  # files beside the identity folders (READMEs, previews)
+                identity = f.path.split("/", 1)[0]
+            else:
+                identity = posixpath.splitext(f.path)[0]
+            entries.append(
+                ScanEntry(
+                    f.path,
+                    identity,
+                    None,
+                    None if f.escapes_root else f,
+                    "path_escape" if f.escapes_root else None,
+                )
+            )
+        return resolved, entries
+    name = _manifest_name(listing, manifest)
+    by_path = {f.path: f for f in listing}
+    entries = []
+    for line, path, identity, split in read_manifest(_read_manifest_text(source, name), name):
+        split = _split(split, name, line)
+        try:
+            normal = normalize_relative(path)
+        except PathEscapeError:
+            entries.append(ScanEntry(path, identity, split, None, "path_escape"))
+            continue
+        stat = by_path.get(normal)
+        if stat is None:
+            entries.append(ScanEntry(normal, identity, split, None, "missing_file"))
+        elif stat.escapes_root:
+            entries.append(ScanEntry(normal, identity, split, None, "path_escape"))
+        else:
+            entries.append(ScanEntry(normal, identity, split, stat))
+    return resolved, entries
+
+
+# --------------------------------------------------------------------------- index
+
+
+def read_quarantine(path: str | Path | None) -> set[str]:
+    """Paths listed in a quarantine file (one per line, ``#`` comments)."""
+    if path is None:
+        return set()
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise UserError(
+            f"quarantine file {path} not found; run `ffjobs validate` or fix data.quarantine"
+        ) from None
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
+def content_hashes(
+    source: Source, stats: Iterable[FileStat], cache_dir: str | Path | None = None
+) -> dict[str, str]:
+    """SHA-256 of each file: from the validation cache when unchanged, else by reading it."""
+    from ffjobs.data.cache import FactsCache
+
+    stats = list(stats)
+    with FactsCache.open(cache_dir, source.uri) as cache:
+        hashes = cache.known_hashes(stats)
+    for f in stats:
+        if f.path not in hashes:
+            hashes[f.path] = hashlib.sha256(source.read_bytes(f.path)).hexdigest()
+    return hashes
+
+
+def build_index(
+    source: str | Path | Source,
+    layout: Layout = "auto",
+    manifest: str | None = None,
+    quarantine: str | Path | Iterable[str] | None = None,
+    cache_dir: str | Path | None = None,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+) -> DatasetIndex:
+    """The training index of a dataset: readable images minus the quarantine list, sorted by path.
+
+    ``quarantine`` is a file written by ``ffjobs validate`` or an iterable of paths.
+    """
+    src = open_source(source, endpoint_url=endpoint_url, region=region)
+    excluded = (
+        read_quarantine(quarantine) if isinstance(quarantine, str | Path) else set(quarantine or ())
+    )
+    resolved, entries = scan(src, layout, manifest)
+    kept = [e for e in entries if e.problem is None and e.path not in excluded]
+    hashes = content_hashes(src, (e.stat for e in kept if e.stat is not None), cache_dir)
+    records = [
+        Record(e.path, e.identity, e.split, e.stat.size, hashes[e.path])
+        for e in kept
+        if e.stat is not None
+    ]
+    records.sort(key=lambda r: r.path)
+    return DatasetIndex(src, resolved, records)
+
+
+def index_from_config(data: DataConfig, quarantine: str | Path | None = None) -> DatasetIndex:
+    """:func:`build_index` with the dataset settings of a resolved config."""
+    return build_index(
+        data.source,
+        layout=data.layout,
+        manifest=data.manifest,
+        quarantine=quarantine or data.quarantine,
+        cache_dir=data.validation.cache_dir,
+        endpoint_url=data.s3_endpoint_url,
+        region=data.s3_region,
+    )
+
+
+def split_identities(
+    index: DatasetIndex,
+    val_fraction: float,
+    seed: int,
+) -> tuple[DatasetIndex, DatasetIndex]:
+    """``(train, val)`` split BY IDENTITY, so no face appears on both sides.
+
+    A manifest's split column wins (rows without one train); otherwise a seeded shuffle of
+    the identities holds out ``val_fraction`` of them (at least one when the fraction is > 0).
+    """
+    if any(r.split is not None for r in index):
+        train = [r for r in index if r.split in (None, "train")]
+        val = [r for r in index if r.split in ("val", "test")]
+        return index.subset(train), index.subset(val)
+    identities = index.identities
+    random.Random(seed).shuffle(identities)
+    n_val = round(len(identities) * val_fraction)
+    if val_fraction > 0 and len(identities) >= 2:
+        n_val = min(max(n_val, 1), len(identities) - 1)
+    held_out = set(identities[:n_val])
+    train = [replace(r, split="train") for r in index if r.identity not in held_out]
+    val = [replace(r, split="val") for r in index if r.identity in held_out]
+    return index.subset(train), index.subset(val)

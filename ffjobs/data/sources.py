@@ -1,0 +1,229 @@
+"""Where dataset files live: a local directory or ``s3://bucket/prefix``, behind one small interface.
+
+Paths handed to a source are always POSIX paths relative to its root. A path that would leave
+the root (``..``, an absolute path, a symlink pointing outside) raises :class:`PathEscapeError`
+before anything outside the root is opened.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ffjobs.errors import UserError
+
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
+
+
+class PathEscapeError(ValueError):
+    """A dataset path resolves outside the dataset root."""
+
+
+class SourceError(UserError):
+    """The dataset source cannot be reached or listed."""
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """One file as listed: its relative path, size and a version stamp (mtime_ns or ETag)."""
+
+    path: str
+    size: int
+    version: str
+    escapes_root: bool = False
+    """A symlink that points outside the dataset root: listed so it can be reported, never read."""
+
+
+class Source(Protocol):
+    """A dataset root that can list, stat and read files by relative path."""
+
+    uri: str
+
+    def list(self) -> Iterator[FileStat]:
+        """Every file under the root, recursively, in a stable order; symlinks that leave the
+        root are listed with ``escapes_root=True`` and nothing else about them is read."""
+        ...
+
+    def stat(self, path: str) -> FileStat:
+        """Size and version of one file; ``FileNotFoundError`` if absent."""
+        ...
+
+    def read_bytes(self, path: str) -> bytes:
+        """The whole content of one file."""
+        ...
+
+
+def normalize_relative(path: str) -> str:
+    """Normalise a dataset-relative path, rejecting absolute paths and ``..`` that leave the root."""
+    if not path or path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
+        raise PathEscapeError(f"{path!r} is absolute; dataset paths must be relative to the root")
+    normal = posixpath.normpath(path.replace("\\", "/"))
+    if normal == ".." or normal.startswith("../"):
+        raise PathEscapeError(f"{path!r} leaves the dataset root")
+    return normal
+
+
+class LocalSource:
+    """A dataset in a local (or network-mounted) directory."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root).resolve()
+        self.uri = str(self.root)
+        if not self.root.is_dir():
+            raise SourceError(f"dataset root {root} is not a directory; check data.source")
+
+    def _inside(self, target: Path) -> bool:
+        return target == self.root or self.root in target.parents
+
+    def resolve(self, path: str) -> Path:
+        """The real path of a relative dataset path, refusing anything outside the root."""
+        # realpath reads link names only, never the target's content.
+        real = Path(os.path.realpath(self.root / normalize_relative(path)))
+        if not self._inside(real):
+            raise PathEscapeError(f"{path!r} resolves to {real}, outside the dataset root")
+        return real
+
+    def _walk(self) -> Iterator[tuple[str, os.DirEntry]]:
+        stack = [""]
+        while stack:
+            rel_dir = stack.pop()
+            with os.scandir(self.root / rel_dir) as entries:
+                for entry in sorted(entries, key=lambda e: e.name):
+                    rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(rel)
+                    else:
+                        yield rel, entry
+
+    def list(self) -> Iterator[FileStat]:
+        for rel, entry in self._walk():
+            if entry.is_symlink():
+                try:
+                    real = self.resolve(rel)
+                except PathEscapeError:
+                    yield FileStat(rel, 0, "", escapes_root=True)
+                    continue
+                if real.is_file():  # links to directories are not followed (cycles)
+                    st = real.stat()
+                    yield FileStat(rel, st.st_size, str(st.st_mtime_ns))
+            elif entry.is_file(follow_symlinks=False):
+                st = entry.stat(follow_symlinks=False)
+                yield FileStat(rel, st.st_size, str(st.st_mtime_ns))
+
+    def stat(self, path: str) -> FileStat:
+        st = self.resolve(path).stat()
+        return FileStat(normalize_relative(path), st.st_size, str(st.st_mtime_ns))
+
+    def read_bytes(self, path: str) -> bytes:
+        return self.resolve(path).read_bytes()
+
+    def __repr__(self) -> str:
+        return f"LocalSource({self.uri!r})"
+
+
+class S3Source:
+    """A dataset under ``s3://bucket/prefix`` read through boto3 (AWS, MinIO, Ceph).
+
+    Credentials, region and endpoint come from the usual AWS environment and profile
+    (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_PROFILE``...) unless given explicitly.
+    The client is created lazily per process, so a source can be pickled into workers.
+    """
+
+    def __init__(self, uri: str, endpoint_url: str | None = None, region: str | None = None):
+        bucket, _, prefix = uri[len("s3://") :].partition("/")
+        if not bucket:
+            raise SourceError(f"{uri!r} has no bucket; expected s3://bucket/prefix")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.uri = f"s3://{bucket}/{self.prefix}"
+        self.endpoint_url = endpoint_url
+        self.region = region
+        self._client: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_client": None}
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3  # lazily: ffjobs imports without boto3
+
+            self._client = boto3.session.Session().client(
+                "s3", endpoint_url=self.endpoint_url, region_name=self.region
+            )
+        return self._client
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        import botocore.exceptions
+
+        return (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
+
+    def list(self) -> Iterator[FileStat]:
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.prefix
+            )
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    rel = obj["Key"][len(self.prefix) :]
+                    if rel and not rel.endswith("/"):
+                        yield FileStat(rel, int(obj["Size"]), obj["ETag"].strip('"'))
+        except self._errors() as exc:
+            raise SourceError(
+                f"cannot list {self.uri}: {exc}; check credentials, "
+                f"data.s3_endpoint_url and the bucket name"
+            ) from None
+
+    def _key(self, path: str) -> str:
+        return self.prefix + normalize_relative(path)
+
+    def stat(self, path: str) -> FileStat:
+        import botocore.exceptions
+
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=self._key(path))
+        except botocore.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                raise FileNotFoundError(f"{self.uri}{path}") from None
+            raise
+        return FileStat(
+            normalize_relative(path), int(head["ContentLength"]), head["ETag"].strip('"')
+        )
+
+    def read_bytes(self, path: str) -> bytes:
+        import botocore.exceptions
+
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=self._key(path))["Body"].read()
+        except botocore.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                raise FileNotFoundError(f"{self.uri}{path}") from None
+            raise OSError(f"cannot read {self.uri}{path}: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"S3Source({self.uri!r})"
+
+
+def open_source(
+    uri: str | Path | Source, endpoint_url: str | None = None, region: str | None = None
+) -> Source:
+    """A :class:`Source` for a local path or ``s3://bucket/prefix`` (sources pass through)."""
+    if not isinstance(uri, str | Path):
+        return uri
+    text = str(uri)
+    if text.startswith("s3://"):
+        return S3Source(text, endpoint_url=endpoint_url, region=region)
+    if "://" in text:
+        raise SourceError(
+            f"unsupported dataset URI {text!r}; use a local path or s3://bucket/prefix"
+        )
+    return LocalSource(text)
+
+
+def is_image_path(path: str) -> bool:
+    """Whether a path has an image file extension (listing filters on it)."""
+    return posixpath.splitext(path)[1].lower() in IMAGE_EXTENSIONS

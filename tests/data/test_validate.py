@@ -1,0 +1,126 @@
+"""Validation finds every planted defect with its severity, passes a clean dataset, and caches."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from PIL import ImageFile
+
+from ffjobs.data.checks import CHECKS
+from ffjobs.data.config import ValidationConfig
+from ffjobs.data.index import build_index
+from ffjobs.data.sources import LocalSource
+from ffjobs.data.validate import validate_dataset
+
+
+def assert_every_planted_defect_found(report, planted: dict[str, list[str]], skip=()) -> None:
+    for check, items in planted.items():
+        if check in skip:
+            continue
+        found = report.checks[check]
+        assert found["severity"] == CHECKS[check].severity, check
+        assert found["count"] == len(items), (check, found)
+        for item in items:
+            assert any(example.split(" (", 1)[0] == item for example in found["examples"]), (
+                check,
+                item,
+                found["examples"],
+            )
+
+
+def test_corrupt_dataset_every_defect_found_with_its_severity(corrupt_dataset, tmp_path):
+    planted = json.loads((corrupt_dataset / "planted.json").read_text())
+    report = validate_dataset(corrupt_dataset, ValidationConfig(cache_dir=str(tmp_path)))
+    assert report.layout == "manifest"
+    assert_every_planted_defect_found(report, planted)
+    assert not report.passed
+    assert any(f.startswith("identity_leakage") for f in report.failures)
+    assert any(f.startswith("bad files") for f in report.failures)
+    errors = {
+        item
+        for check, items in planted.items()
+        if CHECKS[check].severity == "error" and CHECKS[check].scope == "file"
+        for item in items
+    }
+    assert set(report.quarantine) == errors
+
+
+def test_clean_dataset_passes_without_findings(clean_dataset, tmp_path):
+    report = validate_dataset(clean_dataset, ValidationConfig(cache_dir=str(tmp_path)))
+    assert report.passed, report.failures
+    assert report.files == 24 * 8 and report.identities == 24
+    assert report.histogram == {"8-15": 24}
+    assert {name: c["count"] for name, c in report.checks.items() if c["count"]} == {}
+    assert report.fingerprint == build_index(clean_dataset, cache_dir=tmp_path).fingerprint
+
+
+def test_policy_overrides_change_severity_and_verdict(corrupt_dataset, tmp_path):
+    config = ValidationConfig(
+        cache_dir=str(tmp_path),
+        non_rgb_policy="reject",
+        severity={"identity_leakage": "warning", "near_duplicate": "ignore"},
+        max_bad_fraction=0.5,
+    )
+    report = validate_dataset(corrupt_dataset, config)
+    assert report.checks["non_rgb"]["severity"] == "error"
+    assert "id_0004/cmyk.jpg" in report.quarantine
+    assert report.checks["near_duplicate"]["count"] == 0
+    assert report.passed, report.failures
+
+
+def test_revalidation_uses_cache_and_rechecks_a_changed_file(clean_dataset, tmp_path):
+    root = tmp_path / "faces"
+    shutil.copytree(clean_dataset, root)
+    config = ValidationConfig(cache_dir=str(tmp_path / "cache"), workers=2)
+    first = validate_dataset(root, config)
+    assert first.timing["inspected"] == 192
+    again = validate_dataset(root, config)
+    assert again.timing["inspected"] == 0 and again.timing["report_cached"]
+    assert again.to_dict()["checks"] == first.to_dict()["checks"]
+    victim = root / "id_0003" / "02.jpg"
+    victim.write_bytes(victim.read_bytes()[:300])  # truncated in place
+    changed = validate_dataset(root, config)
+    assert changed.timing["inspected"] == 1
+    assert changed.checks["truncated"]["examples"] == ["id_0003/02.jpg"]
+    assert changed.fingerprint != first.fingerprint
+
+
+def test_decompression_bomb_is_never_decoded(corrupt_dataset, tmp_path, monkeypatch):
+    decoded_sizes = []
+    real_load = ImageFile.ImageFile.load
+
+    def spying_load(image):
+        decoded_sizes.append(image.size)
+        return real_load(image)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", spying_load)
+    # workers=1: inspection runs in this process, where the spy is installed.
+    report = validate_dataset(corrupt_dataset, ValidationConfig(cache_dir=str(tmp_path), workers=1))
+    assert report.checks["decompression_bomb"]["examples"] == ["id_0005/bomb.png"]
+    assert decoded_sizes and max(w * h for w, h in decoded_sizes) < 1_000_000
+
+
+def test_escaping_paths_are_rejected_without_being_read(corrupt_dataset, tmp_path, monkeypatch):
+    outside = (corrupt_dataset.parent / f"{corrupt_dataset.name}.outside").resolve()
+    opened: list[Path] = []
+    real_read = Path.read_bytes
+
+    def spying_read(path: Path) -> bytes:
+        opened.append(Path(path).resolve())
+        return real_read(path)
+
+    monkeypatch.setattr(Path, "read_bytes", spying_read)
+    report = validate_dataset(corrupt_dataset, ValidationConfig(cache_dir=str(tmp_path), workers=1))
+    assert report.checks["path_escape"]["count"] == 2
+    assert opened, "the spy must see the dataset's own reads"
+    assert not [p for p in opened if outside in p.parents]
+
+
+def test_local_source_refuses_traversal(corrupt_dataset):
+    source = LocalSource(corrupt_dataset)
+    for path in ("../x.png", "/etc/passwd", "id_0009/escape.jpg"):
+        with pytest.raises(ValueError):
+            source.read_bytes(path)
