@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "ffjobs.commands_config",
     "ffjobs.data.commands",
     "ffjobs.preflight.commands",
+    "ffjobs.models.commands",
     "ffjobs.train.commands",
     "ffjobs.bench.commands",
     "ffjobs.pipeline",

@@ -47,16 +47,16 @@ class ModelConfig:
     discriminator_norm: Literal["none", "instance"] = "none"
     """Normalisation in the discriminator; never batch norm (DDP equivalence, see docs)."""
     identity_arch: Literal["iresnet18", "iresnet34", "iresnet50", "iresnet100"] = "iresnet18"
-    identity_width: float = field(default=1.0, metadata={"gt": 0.0, "le": 1.0})
+    identity_width: float = field(default=0.25, metadata={"gt": 0.0, "le": 1.0})
     """Channel multiplier of the identity encoder; 1.0 is the arcface_torch layout (needed to
     load released weights), smaller values give the project's own quick CPU encoder."""
-    identity_input_size: int = field(default=112, metadata={"ge": 32})
+    identity_input_size: int = field(default=64, metadata={"ge": 32})
     """Side of the identity encoder's input; fused and source images are resized to it
     (arcface_torch: 112). A multiple of 16."""
     identity_weights: str | None = None
     """State dict file of the identity encoder (arcface_torch layout or ``ffjobs models
     train-identity`` output); none: randomly initialised (only useful for shape tests)."""
-    identity_dim: int = field(default=512, metadata={"ge": 16})
+    identity_dim: int = field(default=128, metadata={"ge": 16})
     """Identity embedding size (arcface_torch: 512)."""
     losses: LossWeights = field(default_factory=LossWeights)
 
