@@ -50,6 +50,9 @@ class TrainConfig:
     lr_discriminator: float = field(default=2e-4, metadata={"gt": 0.0, "le": 1.0})
     betas: list[float] = field(default_factory=lambda: [0.0, 0.99])
     weight_decay: float = field(default=0.0, metadata={"ge": 0.0})
+    adam_eps: float = field(default=1e-8, metadata={"gt": 0.0})
+    """Adam's epsilon. Updates of parameters whose gradient is mathematically zero (a conv bias
+    right before instance norm) are rounding noise divided by about this value."""
     lr_schedule: Literal["constant", "cosine"] = "constant"
     """After ``warmup_steps`` of linear warmup: constant, or cosine decay to ``min_lr_ratio``."""
     warmup_steps: int = field(default=0, metadata={"ge": 0})

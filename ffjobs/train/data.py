@@ -1,9 +1,9 @@
 """What the trainer eats: an endless, resumable stream of per-rank micro-batches.
 
 Exact resume needs the position in the data to be part of the checkpoint. The loader's
-workers prefetch ahead of what the optimizer has consumed, so the position is counted here,
-in consumed batches, not read back from the sampler; on resume the sampler is told where the
-epoch stands and the loader is rebuilt from that point.
+workers prefetch ahead of what the optimizer has consumed, so the sampler is advanced here, one
+consumed batch at a time, and its state (epoch, position) is what gets checkpointed; on resume
+the loader is rebuilt from that position.
 """
 
 from __future__ import annotations
@@ -63,29 +63,29 @@ class BatchStream:
             seed=seed,
             drop_last=True,
         )
-        self.batches_per_epoch = len(self.sampler) // batch_size
+        self.batches_per_epoch = self.sampler.num_samples // batch_size
         if self.batches_per_epoch == 0:
             raise ValueError(
                 f"dataset of {len(dataset)} items gives no full batch of {batch_size} per rank "
                 f"on {world_size} ranks; lower train.batch_size or use more data"
             )
-        self.epoch = 0
-        self.consumed = 0  # batches of the current epoch handed to the trainer
         self._iterator: Iterator[Any] | None = None
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "batches_consumed": self.consumed}
+    @property
+    def epoch(self) -> int:
+        return self.sampler.epoch
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch = int(state["epoch"])
-        self.consumed = int(state["batches_consumed"])
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's epoch and consumed position (it is advanced per consumed batch)."""
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(state)
         self._iterator = None
 
     def _start_epoch(self) -> Iterator[Any]:
-        self.sampler.set_epoch(self.epoch)
-        self.sampler.load_state_dict(
-            {"epoch": self.epoch, "position": self.consumed * self.batch_size}
-        )
+        if hasattr(self.dataset, "set_epoch"):  # new (source, target) pairs every epoch
+            self.dataset.set_epoch(self.sampler.epoch)
         loader = DataLoader(
             self.dataset,
             batch_size=self.batch_size,
@@ -97,19 +97,18 @@ class BatchStream:
             # the loader draws its worker seed from this generator, not from the global RNG,
             # so rebuilding it mid-epoch on resume leaves the training RNG stream untouched
             generator=torch.Generator().manual_seed(
-                (self.seed * 1_000_003 + self.epoch) * 1_009 + self.rank
+                (self.seed * 1_000_003 + self.sampler.epoch) * 1_009 + self.rank
             ),
         )
         return iter(loader)
 
     def next(self) -> Any:
         """The next micro-batch; rolls over to the next epoch when this one is exhausted."""
-        if self.consumed >= self.batches_per_epoch:
-            self.epoch += 1
-            self.consumed = 0
+        if self.sampler.position + self.batch_size > self.sampler.num_samples:
+            self.sampler.set_epoch(self.sampler.epoch + 1)
             self._iterator = None
         if self._iterator is None:
             self._iterator = self._start_epoch()
         batch = next(self._iterator)
-        self.consumed += 1
+        self.sampler.advance(self.batch_size)
         return batch

@@ -151,6 +151,7 @@ class Trainer:
             lr=tc.lr,
             betas=tuple(tc.betas),
             weight_decay=tc.weight_decay,
+            eps=tc.adam_eps,
             fused=fused or None,
         )
         self.opt_d = torch.optim.Adam(
@@ -158,6 +159,7 @@ class Trainer:
             lr=tc.lr_discriminator,
             betas=tuple(tc.betas),
             weight_decay=tc.weight_decay,
+            eps=tc.adam_eps,
             fused=fused or None,
         )
         factor = lr_lambda(tc.lr_schedule, tc.warmup_steps, tc.steps, tc.min_lr_ratio)
@@ -437,9 +439,7 @@ class Trainer:
                 f"resuming {len(rank_states)}-rank checkpoint on {self.world_size} ranks: "
                 "data order and RNG streams are not continued exactly"
             )
-            self.data.load_state_dict(
-                {"epoch": rank_states[0]["data"]["epoch"] + 1, "batches_consumed": 0}
-            )
+            self.data.sampler.set_epoch(rank_states[0]["data"]["epoch"] + 1)
             seed_everything(self.tc.seed + 1000 * self.env.rank + ref.step)
         self.step = int(state["step"])
         self._resumed_run_id = state.get("mlflow_run_id")

@@ -30,8 +30,9 @@ def build_train_dataset(config: Config, kind: str, world_size: int) -> torch.uti
     """The dataset the trainer samples from."""
     tc = config.train
     if kind == "memory":
-        per_rank = max(4 * tc.batch_size * tc.grad_accum, 16)
-        return RandomPairs(per_rank * world_size, config.model.resolution, seed=tc.seed)
+        # the same items whatever the split into ranks and micro-batches (DDP equivalence)
+        length = max(64, 8 * tc.batch_size * tc.grad_accum * world_size)
+        return RandomPairs(length, config.model.resolution, seed=tc.seed)
     from ffjobs.data.dataset import FacePairDataset
     from ffjobs.data.index import index_from_config, split_identities
 
