@@ -22,10 +22,36 @@ from torch import Tensor, nn
 from ffjobs.models.config import ModelConfig
 
 
+def _normalise_and_modulate(x: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> Tensor:
+    """``(x - mean) * rstd * gamma + beta`` per sample and channel, as one pass over ``x``.
+
+    Statistics come from one ``var_mean`` read; the per-channel ``scale``/``shift`` are tiny
+    float32 tensors; the single ``addcmul`` keeps the memory layout (channels_last stays
+    channels_last, unlike ``F.instance_norm``, which reshapes and copies).
+    """
+    var, mean = torch.var_mean(x, dim=(2, 3), keepdim=True, correction=0)
+    scale = gamma * torch.rsqrt(var.float() + eps)
+    shift = beta - mean.float() * scale
+    return torch.addcmul(shift.to(x.dtype), x, scale.to(x.dtype))
+
+
+class InstanceNorm(nn.Module):
+    """Affine instance norm (same parameters and maths as ``nn.InstanceNorm2d(affine=True)``)."""
+
+    def __init__(self, channels: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: Tensor) -> Tensor:
+        gamma = self.weight.float()[None, :, None, None]
+        beta = self.bias.float()[None, :, None, None]
+        return _normalise_and_modulate(x, gamma, beta, self.eps)
+
+
 def _norm(kind: str, channels: int) -> nn.Module:
-    if kind == "instance":
-        return nn.InstanceNorm2d(channels, affine=True)
-    return nn.Identity()
+    return InstanceNorm(channels) if kind == "instance" else nn.Identity()
 
 
 class AdaptiveInstanceNorm(nn.Module):
@@ -38,11 +64,7 @@ class AdaptiveInstanceNorm(nn.Module):
 
     def forward(self, x: Tensor, embedding: Tensor) -> Tensor:
         gamma, beta = self.style(embedding).float()[:, :, None, None].chunk(2, dim=1)
-        var, mean = torch.var_mean(x, dim=(2, 3), keepdim=True, correction=0)
-        # (x - mean) * rstd * (1 + gamma) + beta == x * scale + shift: one pass over x.
-        scale = (1.0 + gamma) * torch.rsqrt(var.float() + self.eps)
-        shift = beta - mean.float() * scale
-        return torch.addcmul(shift.to(x.dtype), x, scale.to(x.dtype))
+        return _normalise_and_modulate(x, 1.0 + gamma, beta, self.eps)
 
 
 class ModulatedResidualBlock(nn.Module):

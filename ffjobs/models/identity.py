@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from ffjobs.errors import UserError
 from ffjobs.models.config import ModelConfig
-from ffjobs.models.iresnet import IResNet, iresnet
+from ffjobs.models.iresnet import IBasicBlock, IResNet, iresnet
 
 _SHOWN_KEYS = 5
 
@@ -28,12 +28,49 @@ class IdentityWeightsError(UserError):
     """An identity-encoder weight file that is missing, unreadable or of another layout."""
 
 
+def fold_batchnorm(backbone: IResNet) -> IResNet:
+    """Fold every batch norm that follows a conv or linear layer into it (exact in eval mode).
+
+    Frozen, the encoder's batch norms are fixed affine maps; each is a full read and write of
+    an activation in forward and again in backward. Folding leaves only the one batch norm
+    per block that precedes a zero-padded conv (folding that one would change the borders).
+    The module is changed in place; its state_dict no longer has the arcface_torch layout, so
+    load weights before folding.
+    """
+    from torch.nn.utils.fusion import fuse_conv_bn_eval, fuse_linear_bn_eval
+
+    backbone.eval()
+    backbone.conv1 = fuse_conv_bn_eval(backbone.conv1, backbone.bn1)
+    backbone.bn1 = nn.Identity()
+    for block in backbone.modules():
+        if isinstance(block, IBasicBlock):
+            block.conv1 = fuse_conv_bn_eval(block.conv1, block.bn2)
+            block.conv2 = fuse_conv_bn_eval(block.conv2, block.bn3)
+            block.bn2 = block.bn3 = nn.Identity()
+            if block.downsample is not None:
+                conv, bn = block.downsample
+                block.downsample = fuse_conv_bn_eval(conv, bn)
+    # bn2 (per channel, before flatten) and the BatchNorm1d after fc are both affine maps
+    # around fc: fold them into its weight columns and bias.
+    bn = backbone.bn2
+    scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+    shift = bn.bias - bn.running_mean * scale
+    spatial = backbone.fc.in_features // scale.numel()
+    with torch.no_grad():
+        fc = nn.Linear(backbone.fc.in_features, backbone.fc.out_features).to(scale).eval()
+        fc.weight.copy_(backbone.fc.weight * scale.repeat_interleave(spatial)[None, :])
+        fc.bias.copy_(backbone.fc.bias + backbone.fc.weight @ shift.repeat_interleave(spatial))
+    backbone.fc = fuse_linear_bn_eval(fc, backbone.features)
+    backbone.bn2 = backbone.features = nn.Identity()
+    return backbone
+
+
 class IdentityEncoder(nn.Module):
     """Frozen iresnet behind a resize to its input size; see the module docstring."""
 
-    def __init__(self, backbone: IResNet, input_size: int):
+    def __init__(self, backbone: IResNet, input_size: int, *, fold: bool = True):
         super().__init__()
-        self.backbone = backbone
+        self.backbone = fold_batchnorm(backbone) if fold else backbone
         self.input_size = input_size
         self.requires_grad_(False)
         self.eval()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_test_helpers import well_conditioned
 
 from ffjobs.models import ModelConfig, build, build_discriminator, build_generator
 from ffjobs.models.generator import AdaptiveInstanceNorm
-from ffjobs.models.identity import build_identity_encoder
+from ffjobs.models.identity import IdentityEncoder, build_identity_encoder
+from ffjobs.models.iresnet import iresnet
 
 
 def _small(resolution: int, **changes) -> ModelConfig:
@@ -94,9 +96,20 @@ def test_identity_encoder_is_frozen_but_passes_gradients():
     images = torch.rand(2, 3, 48, 48, requires_grad=True)  # resized to identity_input_size
     encoder(images).sum().backward()
     assert images.grad is not None and images.grad.abs().sum() > 0
-    before = encoder.backbone.bn1.running_mean.clone()
+    before = encoder.backbone.layer1[0].bn1.running_mean.clone()
     encoder(torch.rand(2, 3, 64, 64))
-    assert torch.equal(before, encoder.backbone.bn1.running_mean)
+    assert torch.equal(before, encoder.backbone.layer1[0].bn1.running_mean)
+
+
+def test_folding_batchnorm_keeps_embeddings_and_removes_passes():
+    torch.manual_seed(0)
+    backbone = well_conditioned(iresnet("iresnet18", width=0.25, input_size=64, embedding_dim=32))
+    images = torch.rand(2, 3, 64, 64) * 2 - 1
+    expected = backbone.eval()(images)
+    folded = IdentityEncoder(backbone, 64)
+    torch.testing.assert_close(folded(images), expected, rtol=1e-3, atol=1e-4)
+    norms = [m for m in folded.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    assert len(norms) == 8  # only the pre-conv norm of each of the 8 blocks remains
 
 
 def test_256_preset_is_simswap_sized():
