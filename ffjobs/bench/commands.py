@@ -16,3 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from ffjobs.bench import allreduce
 
     allreduce.register(actions)
+
+    from ffjobs.bench import validate
+
+    validate.register(actions)

@@ -9,10 +9,11 @@ quarantine (the loader skips it), identity-level errors fail the dataset outrigh
 from __future__ import annotations
 
 import posixpath
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 if TYPE_CHECKING:
     from ffjobs.data.config import ValidationConfig
@@ -114,37 +115,48 @@ def exact_duplicates(hashes: Mapping[str, str]) -> dict[str, str]:
     return copies
 
 
+def _popcount(words: np.ndarray) -> np.ndarray:
+    """Set bits per row of a ``uint8`` matrix (``np.bitwise_count`` where numpy has it)."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(words).sum(axis=1, dtype=np.int64)
+    return np.unpackbits(words, axis=1).sum(axis=1, dtype=np.int64)
+
+
 def near_duplicates(
-    dhashes: Mapping[str, str | None],
-    max_distance: int,
-    exclude: Iterable[str] = (),
-    bits: int = 256,
+    dhashes: Mapping[str, str | None], max_distance: int, exclude: Iterable[str] = ()
 ) -> dict[str, str]:
     """``{later: earlier}`` for images whose hex dHashes differ in at most ``max_distance`` bits.
 
     Pigeonhole banding: two hashes within ``d`` bits agree exactly on at least one of ``d + 1``
-    bands, so only files sharing a band value are compared (near-linear instead of quadratic).
+    bands, so only files sharing a band value become candidate pairs (near-linear instead of
+    quadratic); candidates are then compared all at once with numpy.
     """
     skip = set(exclude)
     paths = sorted(p for p in dhashes if p not in skip and dhashes[p])
-    values = [int(dhashes[p], 16) for p in paths]
-    bands = max_distance + 1
-    edges = [round(i * bits / bands) for i in range(bands + 1)]
-    masks = [((1 << (hi - lo)) - 1, lo) for lo, hi in zip(edges, edges[1:], strict=False)]
-    buckets: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for i, value in enumerate(values):
-        for band, (mask, shift) in enumerate(masks):
-            buckets[(band, (value >> shift) & mask)].append(i)
-    matches: dict[str, str] = {}
-    for members in buckets.values():
-        for a_pos, a in enumerate(members):
-            for b in members[a_pos + 1 :]:
-                later = paths[b]
-                if later in matches:
-                    continue
-                if (values[a] ^ values[b]).bit_count() <= max_distance:
-                    matches[later] = paths[a]
-    return matches
+    if len(paths) < 2:
+        return {}
+    words = np.frombuffer(b"".join(bytes.fromhex(dhashes[p]) for p in paths), np.uint8)
+    words = words.reshape(len(paths), -1)
+    bits = np.unpackbits(words, axis=1)
+    edges = np.linspace(0, bits.shape[1], max_distance + 2).round().astype(int)
+    matches: dict[int, int] = {}
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        keys = np.ascontiguousarray(np.packbits(bits[:, lo:hi], axis=1))
+        keys = keys.view(np.dtype((np.void, keys.shape[1]))).reshape(-1)
+        _, group = np.unique(keys, return_inverse=True)
+        order = np.argsort(group.reshape(-1), kind="stable")
+        grouped = group.reshape(-1)[order]
+        # Members of a band bucket are adjacent after sorting: pair each with the one k later.
+        for k in range(1, len(paths)):
+            same = grouped[:-k] == grouped[k:]
+            if not same.any():
+                break  # no bucket has more than k members
+            a, b = order[:-k][same], order[k:][same]
+            close = _popcount(words[a] ^ words[b]) <= max_distance
+            for i, j in zip(a[close].tolist(), b[close].tolist(), strict=True):
+                earlier, later = min(i, j), max(i, j)
+                matches[later] = min(matches.get(later, earlier), earlier)
+    return {paths[later]: paths[earlier] for later, earlier in sorted(matches.items())}
 
 
 def identity_histogram(counts: Iterable[int]) -> dict[str, int]:

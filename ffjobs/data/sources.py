@@ -7,6 +7,7 @@ before anything outside the root is opened.
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 from collections.abc import Iterator
@@ -16,6 +17,8 @@ from typing import Any, Protocol
 
 from ffjobs.errors import UserError
 
+_HAS_DIR_FD = os.open in os.supports_dir_fd
+_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0)
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
 
 
@@ -119,7 +122,31 @@ class LocalSource:
         return FileStat(normalize_relative(path), st.st_size, str(st.st_mtime_ns))
 
     def read_bytes(self, path: str) -> bytes:
-        return self.resolve(path).read_bytes()
+        try:
+            fd = self._open_without_links(normalize_relative(path))
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOSYS):
+                raise
+            # A symlink on the way: allowed only if it stays inside the root.
+            return self.resolve(path).read_bytes()
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read()
+
+    def _open_without_links(self, relative: str) -> int:
+        """Open component by component, refusing every symlink (ELOOP): no realpath per file,
+        and nothing can swap a directory for a link between the check and the open."""
+        if not _HAS_DIR_FD:
+            raise OSError(errno.ENOSYS, "no dir_fd support")
+        *folders, name = relative.split("/")
+        directory = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for folder in folders:
+                inner = os.open(folder, _DIR_NOFOLLOW, dir_fd=directory)
+                os.close(directory)
+                directory = inner
+            return os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
+        finally:
+            os.close(directory)
 
     def __repr__(self) -> str:
         return f"LocalSource({self.uri!r})"

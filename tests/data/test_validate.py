@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
+import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -104,19 +107,33 @@ def test_decompression_bomb_is_never_decoded(corrupt_dataset, tmp_path, monkeypa
 
 
 def test_escaping_paths_are_rejected_without_being_read(corrupt_dataset, tmp_path, monkeypatch):
+    """Every file descriptor opened during validation is resolved through /proc: none is outside."""
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc to see what each descriptor points at")
     outside = (corrupt_dataset.parent / f"{corrupt_dataset.name}.outside").resolve()
     opened: list[Path] = []
-    real_read = Path.read_bytes
+    real_os_open, real_open = os.open, builtins.open
 
-    def spying_read(path: Path) -> bytes:
-        opened.append(Path(path).resolve())
-        return real_read(path)
+    def spying_os_open(*args, **kwargs):
+        fd = real_os_open(*args, **kwargs)
+        opened.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        return fd
 
-    monkeypatch.setattr(Path, "read_bytes", spying_read)
+    def spying_open(*args, **kwargs):
+        handle = real_open(*args, **kwargs)
+        if hasattr(handle, "fileno"):
+            opened.append(Path(os.readlink(f"/proc/self/fd/{handle.fileno()}")))
+        return handle
+
+    monkeypatch.setattr(os, "open", spying_os_open)
+    monkeypatch.setattr(builtins, "open", spying_open)
+    monkeypatch.setattr(io, "open", spying_open)  # pathlib opens through io.open
+    # workers=1: inspection runs in this process, where the spies are installed.
     report = validate_dataset(corrupt_dataset, ValidationConfig(cache_dir=str(tmp_path), workers=1))
+    monkeypatch.undo()
     assert report.checks["path_escape"]["count"] == 2
-    assert opened, "the spy must see the dataset's own reads"
-    assert not [p for p in opened if outside in p.parents]
+    assert any(p.name == "00.jpg" for p in opened), "the spies must see the dataset's own reads"
+    assert not [p for p in opened if outside == p or outside in p.parents]
 
 
 def test_local_source_refuses_traversal(corrupt_dataset):

@@ -1,0 +1,169 @@
+"""``ffjobs bench validate``: validation throughput against the raw decode rate, and re-validation.
+
+On one synthetic JPEG dataset, in one run, round by round (so drift on a shared machine hits
+every measurement alike), it times:
+
+* raw decode: one process, ``PIL.Image.open(path).load()`` over every file;
+* first pass: ``validate_dataset`` with an empty cache (every file read, hashed, fully
+  decoded and perceptually hashed, on every core);
+* re-validation: the same dataset again with the cache from the first pass;
+* one changed file: re-validation after rewriting one image (only it is inspected).
+
+Medians over the rounds give ``first_pass_vs_raw_decode`` (goal >= 1.7 on 2 cores) and
+``revalidation_speedup`` (goal >= 20).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from ffjobs.data.config import ValidationConfig
+from ffjobs.data.synth import generate_dataset
+from ffjobs.data.validate import validate_dataset
+
+FIRST_PASS_GOAL = 1.7
+REVALIDATION_GOAL = 20.0
+
+
+def raw_decode_seconds(files: list[Path]) -> float:
+    """Single-process decode of every file: the baseline a validator is compared with."""
+    started = time.perf_counter()
+    for path in files:
+        with Image.open(path) as image:
+            image.load()
+    return time.perf_counter() - started
+
+
+def run_benchmark(
+    workdir: Path, identities: int, per_identity: int, size: int, rounds: int, workers: int
+) -> dict[str, Any]:
+    """Generate the dataset under ``workdir`` and measure; returns the JSON-ready result."""
+    root = generate_dataset(
+        workdir / "faces", identities=identities, per_identity=per_identity, size=size, seed=0
+    )
+    files = sorted(root.glob("*/*.jpg"))
+    for path in files:  # warm the page cache: both sides then read from memory
+        path.read_bytes()
+    raw, first, again, changed = [], [], [], []
+    for round_index in range(rounds):
+        cache = workdir / f"cache-{round_index}"
+        config = ValidationConfig(cache_dir=str(cache), workers=workers)
+        raw.append(raw_decode_seconds(files))
+        report = validate_dataset(root, config)
+        first.append(report.timing["total_s"])
+        repeat = validate_dataset(root, config)
+        assert repeat.timing["inspected"] == 0
+        again.append(repeat.timing["total_s"])
+        victim = files[round_index]
+        victim.write_bytes(victim.read_bytes())  # same bytes, new mtime: must be re-inspected
+        one = validate_dataset(root, config)
+        assert one.timing["inspected"] == 1
+        changed.append(one.timing["total_s"])
+        shutil.rmtree(cache, ignore_errors=True)
+    raw_s, first_s = statistics.median(raw), statistics.median(first)
+    again_s, changed_s = statistics.median(again), statistics.median(changed)
+    result = {
+        "files": len(files),
+        "image_size": size,
+        "dataset_mib": round(sum(p.stat().st_size for p in files) / 2**20, 1),
+        "cpus": len(os.sched_getaffinity(0)),
+        "workers": workers or len(os.sched_getaffinity(0)),
+        "rounds": rounds,
+        "raw_decode_s": round(raw_s, 4),
+        "raw_decode_files_per_s": round(len(files) / raw_s, 1),
+        "first_pass_s": round(first_s, 4),
+        "first_pass_files_per_s": round(len(files) / first_s, 1),
+        "revalidation_s": round(again_s, 4),
+        "one_changed_file_s": round(changed_s, 4),
+        "first_pass_vs_raw_decode": round(raw_s / first_s, 3),
+        "revalidation_speedup": round(first_s / again_s, 1),
+        "goals": {
+            "first_pass_vs_raw_decode": FIRST_PASS_GOAL,
+            "revalidation_speedup": REVALIDATION_GOAL,
+        },
+        "rounds_s": {
+            "raw": raw,
+            "first_pass": first,
+            "revalidation": again,
+            "one_changed": changed,
+        },
+    }
+    result["goals_met"] = (
+        result["first_pass_vs_raw_decode"] >= FIRST_PASS_GOAL
+        and result["revalidation_speedup"] >= REVALIDATION_GOAL
+    )
+    return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--identities", type=int, default=250)
+    parser.add_argument("--per-identity", type=int, default=12)
+    parser.add_argument("--size", type=int, default=256, help="image side in pixels")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=0, help="0: one per usable core")
+    parser.add_argument("--workdir", help="keep the dataset here (default: a temp dir, removed)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def handle(args: argparse.Namespace) -> int:
+    from ffjobs.cli import print_json
+
+    if args.workdir:
+        result = run_benchmark(
+            Path(args.workdir),
+            args.identities,
+            args.per_identity,
+            args.size,
+            args.rounds,
+            args.workers,
+        )
+    else:
+        with tempfile.TemporaryDirectory(prefix="ffjobs-bench-validate-") as tmp:
+            result = run_benchmark(
+                Path(tmp),
+                args.identities,
+                args.per_identity,
+                args.size,
+                args.rounds,
+                args.workers,
+            )
+    if args.json:
+        print_json(result)
+    else:
+        print(
+            f"{result['files']} JPEGs {result['image_size']} px on {result['cpus']} cpus: "
+            f"raw decode {result['raw_decode_files_per_s']:.0f}/s, first pass "
+            f"{result['first_pass_files_per_s']:.0f}/s "
+            f"({result['first_pass_vs_raw_decode']:.2f}x, goal {FIRST_PASS_GOAL}x), "
+            f"re-validation {result['revalidation_s'] * 1000:.0f} ms "
+            f"({result['revalidation_speedup']:.0f}x faster, goal {REVALIDATION_GOAL:.0f}x)"
+        )
+    return 0
+
+
+def register(actions: argparse._SubParsersAction) -> None:
+    parser = actions.add_parser(
+        "validate", help="dataset validation throughput vs raw decode, and re-validation"
+    )
+    add_arguments(parser)
+    parser.set_defaults(handler=handle)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ffjobs.bench.validate")
+    add_arguments(parser)
+    return handle(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
