@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass
@@ -29,6 +32,15 @@ class SlurmConfig:
     """Shell lines run before the task (module loads, container activation)."""
     container_image: str | None = None
     """If set, run under pyxis/enroot (``--container-image``)."""
+    srun_args: list[str] = field(default_factory=list)
+    """Extra ``srun`` arguments for every task, e.g. ``--container-mounts=/data:/data``."""
+    python: str | None = None
+    """Python command on the nodes; default: the interpreter that submits (same venv)."""
     folder: str = "runs/slurm"
     """Shared directory for submitit's pickles and logs, keyed by run and attempt."""
     max_retries: int = field(default=3, metadata={"ge": 0})
+
+    def __post_init__(self) -> None:
+        bad = [name for name in self.env if not _ENV_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"env: {bad[0]!r} is not a valid environment variable name")

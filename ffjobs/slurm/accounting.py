@@ -1,0 +1,150 @@
+"""A job's state from SLURM accounting (``sacct``): what happened to it, on which nodes, how long.
+
+``sacct`` is the one source that still knows a job after it left the queue, which is what the
+retry path needs after a rank was torn down. States are normalised (``CANCELLED by 0`` ->
+``CANCELLED``, ``RUNNING+`` -> ``RUNNING``).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ffjobs.errors import UserError
+
+SACCT_FIELDS = ("JobID", "State", "ExitCode", "NodeList", "Elapsed")
+TERMINAL_STATES = frozenset({
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+    "PREEMPTED", "TIMEOUT", "REVOKED",
+})  # fmt: skip
+
+Runner = Callable[[Sequence[str]], str]
+"""Runs a command and returns its stdout; raises ``AccountingError`` when it fails."""
+
+
+class AccountingError(UserError):
+    """``sacct`` is missing or failed (accounting storage down, bad ``SLURM_CONF``)."""
+
+
+@dataclass(frozen=True)
+class JobAccounting:
+    """One job allocation as SLURM accounting records it."""
+
+    job_id: str
+    state: str
+    """Normalised state name, e.g. ``COMPLETED``, ``CANCELLED``, ``NODE_FAIL``, ``RUNNING``."""
+    raw_state: str
+    """The state as ``sacct`` printed it, e.g. ``CANCELLED by 0``."""
+    exit_code: int
+    signal: int
+    """Signal that ended the batch script, 0 if none."""
+    nodes: tuple[str, ...]
+    """Node names, expanded from SLURM's compressed list (``node[1-2]`` -> node1, node2)."""
+    elapsed_s: int
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+def run_command(argv: Sequence[str]) -> str:
+    """The default runner: the real command, with its failure turned into ``AccountingError``."""
+    try:
+        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False)
+    except FileNotFoundError:
+        raise AccountingError(
+            f"'{argv[0]}' not found on PATH; SLURM client tools are needed to read job state"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise AccountingError(f"'{' '.join(argv)}' did not answer within 60 s") from None
+    if result.returncode != 0:
+        detail = (result.stderr.strip().splitlines() or ["no error output"])[-1]
+        raise AccountingError(
+            f"'{' '.join(argv)}' failed (exit {result.returncode}): {detail}; is slurmdbd up "
+            "and SLURM_CONF pointing at the cluster?")  # fmt: skip
+    return result.stdout
+
+
+def normalise_state(raw: str) -> str:
+    """``CANCELLED by 0`` -> ``CANCELLED``; ``RUNNING+`` (truncated) -> ``RUNNING``."""
+    words = raw.strip().split()
+    return words[0].rstrip("+") if words else "UNKNOWN"
+
+
+def parse_elapsed(text: str) -> int:
+    """SLURM durations ``[D-]HH:MM:SS``, ``MM:SS`` (optionally ``.mmm``) -> whole seconds."""
+    days, _, clock = text.strip().rpartition("-")
+    parts = [float(p) for p in clock.split(":")] if clock else [0.0]
+    seconds = 0.0
+    for part in parts:
+        seconds = seconds * 60 + part
+    return int(seconds + (int(days) * 86400 if days else 0))
+
+
+def expand_nodelist(nodelist: str) -> tuple[str, ...]:
+    """Expand SLURM's compressed host list: ``node[1-3,7],gpu-a[01-02]`` -> each name."""
+    if nodelist.strip() in ("", "None assigned", "(null)"):
+        return ()
+    names: list[str] = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", nodelist):
+        if plain:
+            names.append(plain)
+            continue
+        for item in ranges.split(","):
+            start, _, stop = item.partition("-")
+            if not stop:
+                names.append(prefix + start)
+                continue
+            width = len(start)  # zero padding as written: gpu[08-10] -> gpu08, gpu09, gpu10
+            names.extend(f"{prefix}{i:0{width}d}" for i in range(int(start), int(stop) + 1))
+    return tuple(names)
+
+
+def parse_sacct_line(line: str) -> JobAccounting:
+    """Parse one ``sacct -P -o JobID,State,ExitCode,NodeList,Elapsed`` line."""
+    fields = line.rstrip("\n").split("|")
+    if len(fields) != len(SACCT_FIELDS):
+        raise AccountingError(
+            f"unexpected sacct output {line!r}: expected {len(SACCT_FIELDS)} '|'-separated "
+            f"fields ({','.join(SACCT_FIELDS)})")  # fmt: skip
+    job_id, raw_state, exit_code, nodelist, elapsed = fields
+    code, _, signal = exit_code.partition(":")
+    return JobAccounting(
+        job_id=job_id,
+        state=normalise_state(raw_state),
+        raw_state=raw_state.strip(),
+        exit_code=int(code or 0),
+        signal=int(signal or 0),
+        nodes=expand_nodelist(nodelist),
+        elapsed_s=parse_elapsed(elapsed),
+    )
+
+
+def read_job_accounting(job_id: str | int, runner: Runner = run_command) -> JobAccounting | None:
+    """The job's allocation record from ``sacct``, or ``None`` while accounting has no record yet."""
+    argv = ["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", ",".join(SACCT_FIELDS)]
+    records = [parse_sacct_line(line) for line in runner(argv).splitlines() if line.strip()]
+    mine = [r for r in records if r.job_id == str(job_id)]
+    # A requeued job appears once per run; the last line is the latest.
+    return (mine or records or [None])[-1]
+
+
+def wait_for_final_state(
+    job_id: str | int,
+    timeout_s: float = 60.0,
+    poll_s: float = 1.0,
+    runner: Runner = run_command,
+) -> JobAccounting:
+    """Poll ``sacct`` until the job reaches a terminal state (accounting lags the scheduler a bit)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        record = read_job_accounting(job_id, runner)
+        if record is not None and record.finished:
+            return record
+        if time.monotonic() >= deadline:
+            state = record.raw_state if record else "no accounting record"
+            raise TimeoutError(f"job {job_id} not finished after {timeout_s:.0f} s ({state})")
+        time.sleep(poll_s)
