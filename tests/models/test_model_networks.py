@@ -120,3 +120,18 @@ def test_256_preset_is_simswap_sized():
         generator = build_generator(cfg)
     parameters = sum(p.numel() for p in generator.parameters())
     assert 50e6 < parameters < 60e6  # reference SimSwap-style generator: 55 M
+
+
+def test_bf16_autocast_channels_last_step_is_finite_and_keeps_layout():
+    cfg = _small(64)
+    generator, discriminator, encoder = (
+        m.to(memory_format=torch.channels_last) for m in build(cfg)
+    )
+    target = (torch.rand(2, 3, 64, 64) * 2 - 1).to(memory_format=torch.channels_last)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = generator(target, encoder(target))
+        score = discriminator(fused)[0].logits.float().mean() + encoder(fused).float().mean()
+    assert fused.dtype == torch.bfloat16
+    assert fused.is_contiguous(memory_format=torch.channels_last)
+    score.backward()
+    assert all(torch.isfinite(p.grad).all() for p in generator.parameters())
