@@ -159,6 +159,12 @@ def _run(
 
     sysfs_root = job.get("sysfs_root") or "/sys"
     is_node_leader = local_rank == 0
+    if backend == "nccl":  # bind the GPU first so no rank opens a context on another's GPU
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        dtype = torch.bfloat16
+    else:
+        device, dtype = torch.device("cpu"), torch.float32
     probe = probe_node(sysfs_root)
     record["probe"] = probe
     record["timestamps"]["probed"] = time.time()
@@ -200,12 +206,6 @@ def _run(
             )
         return 0
 
-    if backend == "nccl":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        dtype = torch.bfloat16
-    else:
-        device, dtype = torch.device("cpu"), torch.float32
     init_kwargs: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(
         backend,
