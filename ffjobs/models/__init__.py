@@ -12,12 +12,24 @@ count per training image.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import importlib
+from typing import Any
 
-from ffjobs.models.config import LossWeights, ModelConfig
-from ffjobs.models.discriminator import DiscriminatorOutput, MultiScaleDiscriminator
-from ffjobs.models.generator import Generator
-from ffjobs.models.identity import IdentityEncoder, IdentityWeightsError, build_identity_encoder
+# Resolved on first use (PEP 562), so that loading a config never imports torch.
+_EXPORTS = {
+    "DiscriminatorOutput": "ffjobs.models.discriminator",
+    "MultiScaleDiscriminator": "ffjobs.models.discriminator",
+    "Generator": "ffjobs.models.generator",
+    "IdentityEncoder": "ffjobs.models.identity",
+    "IdentityWeightsError": "ffjobs.models.identity",
+    "build_identity_encoder": "ffjobs.models.identity",
+    "LossWeights": "ffjobs.models.config",
+    "ModelConfig": "ffjobs.models.config",
+    "FusionModels": "ffjobs.models.factory",
+    "build": "ffjobs.models.factory",
+    "build_discriminator": "ffjobs.models.factory",
+    "build_generator": "ffjobs.models.factory",
+}
 
 __all__ = [
     "DiscriminatorOutput",
@@ -35,30 +47,7 @@ __all__ = [
 ]
 
 
-class FusionModels(NamedTuple):
-    generator: Generator
-    discriminator: MultiScaleDiscriminator
-    identity_encoder: IdentityEncoder
-
-
-def build_generator(cfg: ModelConfig) -> Generator:
-    """The generator ``cfg`` describes: ``generator(target, source_embedding) -> fused``."""
-    return Generator(cfg)
-
-
-def build_discriminator(cfg: ModelConfig) -> MultiScaleDiscriminator:
-    """The multi-scale PatchGAN ``cfg`` describes: ``discriminator(images) -> [outputs]``."""
-    return MultiScaleDiscriminator(cfg)
-
-
-def build(cfg: ModelConfig, *, load_identity_weights: bool = True) -> FusionModels:
-    """Build all three networks on the current default device (CPU unless changed).
-
-    The identity encoder is frozen and loads ``cfg.identity_weights`` when set (and
-    ``load_identity_weights``); a bad file raises :class:`IdentityWeightsError`.
-    """
-    return FusionModels(
-        build_generator(cfg),
-        build_discriminator(cfg),
-        build_identity_encoder(cfg, load_weights=load_identity_weights),
-    )
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'ffjobs.models' has no attribute {name!r}")
