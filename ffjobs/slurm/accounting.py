@@ -2,7 +2,9 @@
 
 ``sacct`` is the one source that still knows a job after it left the queue, which is what the
 retry path needs after a rank was torn down. States are normalised (``CANCELLED by 0`` ->
-``CANCELLED``, ``RUNNING+`` -> ``RUNNING``).
+``CANCELLED``, ``RUNNING+`` -> ``RUNNING``). Slurm 22.05 briefly records a finished multi-node job
+with only its first node (``COMPLETED|node1`` before ``COMPLETED|node[1-2]``), so ``NNodes`` is read
+too and a record counts as settled only once its node list is whole.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 from ffjobs.errors import UserError
 
-SACCT_FIELDS = ("JobID", "State", "ExitCode", "NodeList", "Elapsed")
+SACCT_FIELDS = ("JobID", "State", "ExitCode", "NodeList", "Elapsed", "NNodes")
 TERMINAL_STATES = frozenset({
     "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
     "PREEMPTED", "TIMEOUT", "REVOKED",
@@ -44,10 +46,17 @@ class JobAccounting:
     nodes: tuple[str, ...]
     """Node names, expanded from SLURM's compressed list (``node[1-2]`` -> node1, node2)."""
     elapsed_s: int
+    node_count: int
+    """Nodes of the allocation (``NNodes``); ``nodes`` may lag behind it right after the end."""
 
     @property
     def finished(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def settled(self) -> bool:
+        """Finished, and accounting has written the whole node list (none if it never ran)."""
+        return self.finished and (not self.nodes or len(self.nodes) == self.node_count)
 
 
 def run_command(argv: Sequence[str]) -> str:
@@ -104,13 +113,13 @@ def expand_nodelist(nodelist: str) -> tuple[str, ...]:
 
 
 def parse_sacct_line(line: str) -> JobAccounting:
-    """Parse one ``sacct -P -o JobID,State,ExitCode,NodeList,Elapsed`` line."""
+    """Parse one ``sacct -P -o JobID,State,ExitCode,NodeList,Elapsed,NNodes`` line."""
     fields = line.rstrip("\n").split("|")
     if len(fields) != len(SACCT_FIELDS):
         raise AccountingError(
             f"unexpected sacct output {line!r}: expected {len(SACCT_FIELDS)} '|'-separated "
             f"fields ({','.join(SACCT_FIELDS)})")  # fmt: skip
-    job_id, raw_state, exit_code, nodelist, elapsed = fields
+    job_id, raw_state, exit_code, nodelist, elapsed, node_count = fields
     code, _, signal = exit_code.partition(":")
     return JobAccounting(
         job_id=job_id,
@@ -120,6 +129,7 @@ def parse_sacct_line(line: str) -> JobAccounting:
         signal=int(signal or 0),
         nodes=expand_nodelist(nodelist),
         elapsed_s=parse_elapsed(elapsed),
+        node_count=int(node_count or 0),
     )
 
 
@@ -138,11 +148,11 @@ def wait_for_final_state(
     poll_s: float = 1.0,
     runner: Runner = run_command,
 ) -> JobAccounting:
-    """Poll ``sacct`` until the job reaches a terminal state (accounting lags the scheduler a bit)."""
+    """Poll ``sacct`` until the job's record is final and settled (accounting lags the scheduler)."""
     deadline = time.monotonic() + timeout_s
     while True:
         record = read_job_accounting(job_id, runner)
-        if record is not None and record.finished:
+        if record is not None and record.settled:
             return record
         if time.monotonic() >= deadline:
             state = record.raw_state if record else "no accounting record"

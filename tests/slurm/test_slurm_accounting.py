@@ -30,7 +30,7 @@ def fake_sacct(tmp_path: Path, monkeypatch, script: str) -> Path:
 
 
 def test_cancelled_by_uid_is_normalised_and_fields_parsed():
-    record = parse_sacct_line("41|CANCELLED by 0|0:15|node[1-2]|00:01:05")
+    record = parse_sacct_line("41|CANCELLED by 0|0:15|node[1-2]|00:01:05|2")
     assert record.state == "CANCELLED" and record.raw_state == "CANCELLED by 0"
     assert (record.exit_code, record.signal) == (0, 15)
     assert record.nodes == ("node1", "node2")
@@ -38,7 +38,7 @@ def test_cancelled_by_uid_is_normalised_and_fields_parsed():
 
 
 def test_running_is_not_finished_and_truncated_state_is_cleaned():
-    record = parse_sacct_line("7|RUNNING+|0:0|node3|00:00:09")
+    record = parse_sacct_line("7|RUNNING+|0:0|node3|00:00:09|1")
     assert record.state == "RUNNING" and not record.finished
 
 
@@ -63,7 +63,7 @@ def test_parse_elapsed(text, seconds):
 
 
 def test_malformed_line_names_the_expected_fields():
-    with pytest.raises(AccountingError, match="JobID,State,ExitCode,NodeList,Elapsed"):
+    with pytest.raises(AccountingError, match="JobID,State,ExitCode,NodeList,Elapsed,NNodes"):
         parse_sacct_line("41|COMPLETED")
 
 
@@ -72,11 +72,11 @@ def test_read_job_accounting_asks_for_the_allocation_only():
 
     def runner(argv):
         calls.append(list(argv))
-        return "12|FAILED|1:0|node2|00:00:03\n"
+        return "12|FAILED|1:0|node2|00:00:03|1\n"
 
     record = read_job_accounting(12, runner)
     assert calls == [["sacct", "-j", "12", "-X", "-n", "-P", "-o",
-                      "JobID,State,ExitCode,NodeList,Elapsed"]]  # fmt: skip
+                      "JobID,State,ExitCode,NodeList,Elapsed,NNodes"]]  # fmt: skip
     assert record.state == "FAILED" and record.exit_code == 1 and record.nodes == ("node2",)
 
 
@@ -85,29 +85,41 @@ def test_unknown_job_has_no_record():
 
 
 def test_requeued_job_reports_its_latest_run():
-    out = "5|NODE_FAIL|0:0|node1|00:00:10\n5|COMPLETED|0:0|node2|00:00:20\n"
+    out = "5|NODE_FAIL|0:0|node1|00:00:10|1\n5|COMPLETED|0:0|node2|00:00:20|1\n"
     assert read_job_accounting(5, lambda argv: out).state == "COMPLETED"
 
 
 def test_wait_polls_until_terminal(monkeypatch):
-    answers = iter(["", "3|PENDING|0:0|None assigned|00:00:00", "3|RUNNING|0:0|node1|00:00:01",
-                    "3|COMPLETED|0:0|node1|00:00:02"])  # fmt: skip
+    answers = iter(["", "3|PENDING|0:0|None assigned|00:00:00|1", "3|RUNNING|0:0|node1|00:00:01|1",
+                    "3|COMPLETED|0:0|node1|00:00:02|1"])  # fmt: skip
     record = wait_for_final_state(3, timeout_s=10, poll_s=0, runner=lambda argv: next(answers))
     assert record.state == "COMPLETED"
+
+
+def test_wait_skips_a_record_whose_node_list_is_still_partial():
+    # Seen on Slurm 22.05: a 2-node job first appears as COMPLETED on node1 alone.
+    answers = iter(["4|COMPLETED|0:0|node1|00:00:01|2", "4|COMPLETED|0:0|node[1-2]|00:00:01|2"])
+    record = wait_for_final_state(4, timeout_s=10, poll_s=0, runner=lambda argv: next(answers))
+    assert record.nodes == ("node1", "node2")
+
+
+def test_job_cancelled_while_pending_is_settled_without_nodes():
+    record = parse_sacct_line("6|CANCELLED by 0|0:0|None assigned|00:00:00|2")
+    assert record.nodes == () and record.settled
 
 
 def test_wait_times_out_with_the_last_state():
     with pytest.raises(TimeoutError, match=r"job 3 not finished.*RUNNING"):
         wait_for_final_state(3, timeout_s=0.05, poll_s=0.01,
-                             runner=lambda argv: "3|RUNNING|0:0|node1|00:00:01")  # fmt: skip
+                             runner=lambda argv: "3|RUNNING|0:0|node1|00:00:01|1")  # fmt: skip
 
 
 def test_real_subprocess_path_with_fake_sacct(tmp_path, monkeypatch):
-    argv_log = fake_sacct(tmp_path, monkeypatch, "echo '8|TIMEOUT|0:0|node[2-3]|00:10:00'")
+    argv_log = fake_sacct(tmp_path, monkeypatch, "echo '8|TIMEOUT|0:0|node[2-3]|00:10:00|2'")
     record = read_job_accounting("8")
     assert record.state == "TIMEOUT" and record.nodes == ("node2", "node3")
     assert argv_log.read_text().split() == ["-j", "8", "-X", "-n", "-P", "-o",
-                                             "JobID,State,ExitCode,NodeList,Elapsed"]  # fmt: skip
+                                             "JobID,State,ExitCode,NodeList,Elapsed,NNodes"]  # fmt: skip
 
 
 def test_failing_sacct_is_one_line_user_error(tmp_path, monkeypatch):

@@ -1,0 +1,44 @@
+"""The local stack (SLURM mini-cluster, MLflow server) for integration tests.
+
+``local_stack`` runs ``infra/local/up.sh`` (idempotent and quick when the stack is already up),
+then exports the stack's ``env.sh`` (SLURM_CONF, MLFLOW_TRACKING_URI, ...) into this process for
+the whole session. Set ``FFJOBS_SKIP_STACK=1`` to skip the tests that need it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+UP_SCRIPT = REPO / "infra" / "local" / "up.sh"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``export KEY=VALUE`` lines of a generated env file, values unquoted as the shell would."""
+    env = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("export "):
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = shlex.split(value)[0] if value else ""
+    return env
+
+
+@pytest.fixture(scope="session")
+def local_stack() -> Iterator[dict[str, str]]:
+    """Start (or find) the local stack; yield its environment, also set in ``os.environ``."""
+    if os.environ.get("FFJOBS_SKIP_STACK") == "1":
+        pytest.skip("FFJOBS_SKIP_STACK=1: local stack not wanted")
+    result = subprocess.run(["bash", str(UP_SCRIPT)], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"infra/local/up.sh failed:\n{result.stderr[-3000:]}"
+    state_dir = Path(os.environ.get("FFJOBS_STATE_DIR", REPO / ".state" / "local-stack"))
+    env = read_env_file(state_dir / "env.sh")
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        yield env
