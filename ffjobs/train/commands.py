@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ffjobs.cli import add_config_arguments, add_json_argument, config_from_args, print_json
+from ffjobs.config import Config
 from ffjobs.errors import ExitCode, UserError
 
 
@@ -37,33 +38,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.set_defaults(handler=_train)
 
 
-def ensure_dataset(config) -> None:
-    """Generate the synthetic dataset when ``data.source`` is the default path and missing."""
-    from ffjobs.data.config import DataConfig
+def ensure_dataset(config: Config) -> None:
+    """Generate the synthetic dataset when ``data.source`` is the default path and missing,
+    and pre-train the identity encoder into ``model.identity_weights`` if that file is missing."""
+    from ffjobs.models.prepare import ensure_identity_dataset, ensure_identity_weights
 
-    source = config.data.source
-    if source.startswith("s3://") or Path(source).exists():
-        return
-    if source != DataConfig().source:
-        raise UserError(
-            f"data.source: {source} does not exist; point data.source at a dataset directory "
-            "or s3:// URL (or leave it at its default to train on generated synthetic faces)"
+    if not config.data.source.startswith("s3://"):
+        ensure_identity_dataset(config)
+    if config.model.identity_weights and not Path(config.model.identity_weights).exists():
+        print(
+            f"pre-training the identity encoder into {config.model.identity_weights}",
+            file=sys.stderr,
         )
-    from ffjobs.data.synth import generate_dataset
-
-    synth = config.data.synth
-    print(
-        f"generating the synthetic dataset in {source} ({synth.identities} identities x "
-        f"{synth.per_identity} images, {synth.size} px)",
-        file=sys.stderr,
-    )
-    generate_dataset(
-        source,
-        identities=synth.identities,
-        per_identity=synth.per_identity,
-        size=synth.size,
-        seed=synth.seed,
-    )
+        ensure_identity_weights(config)
 
 
 def _train(args: argparse.Namespace) -> int:

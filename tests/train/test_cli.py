@@ -1,0 +1,76 @@
+"""``ffjobs train`` and ``ffjobs bench train`` end to end on CPU (2 gloo ranks, tiny model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ffjobs.cli import main
+
+from .helpers import TINY_MODEL
+
+
+def _tiny_args(tmp_path):
+    args = []
+    for override in [
+        *TINY_MODEL,
+        "train.batch_size=2",
+        "train.steps=4",
+        "train.log_every=2",
+        "train.checkpoint_every=2",
+        f"train.checkpoint_dir={tmp_path / 'ckpt'}",
+        "tracking.enabled=false",
+    ]:
+        args += ["--set", override]
+    return args
+
+
+def test_train_two_ranks_json_then_resumes(tmp_path, capsys):
+    data = tmp_path / "data"
+    from ffjobs.data.synth import generate_dataset
+
+    generate_dataset(data, identities=6, per_identity=4, size=64, seed=0)
+    args = [
+        "train",
+        "--nproc",
+        "2",
+        "--json",
+        "--set",
+        f"data.source={data}",
+        *_tiny_args(tmp_path),
+    ]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)  # exactly one JSON object on stdout
+    assert report["world_size"] == 2 and report["final_step"] == 4 and report["start_step"] == 0
+    assert len(report["history"]) == 2 and report["history"][-1]["images_per_s"] > 0
+    assert report["last_checkpoint"].endswith("step-00000004.pt")
+
+    # a second run with more steps continues from the verified checkpoint by itself
+    assert main([*args, "--set", "train.steps=6"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["start_step"] == 4 and again["final_step"] == 6
+
+
+def test_train_missing_dataset_is_a_one_line_usage_error(tmp_path, capsys):
+    code = main(["train", "--set", f"data.source={tmp_path / 'nope'}", *_tiny_args(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "data.source" in err[0] and "Traceback" not in err[0]
+
+
+@pytest.mark.parametrize("nproc", [2])
+def test_bench_train_reports_throughput_mfu_and_exposed_comm(tmp_path, capsys, nproc):
+    args = ["bench", "train", "--nproc", str(nproc), "--warmup", "1", "--steps", "2", "--json"]
+    assert main([*args, *_tiny_args(tmp_path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["world_size"] == nproc and report["backend"] == "gloo"
+    assert report["images_per_s"] > 0
+    assert report["images_per_s_per_gpu"] == pytest.approx(report["images_per_s"] / nproc)
+    assert 0 < report["mfu_vs_measured_peak"] < 1
+    assert report["measured_peak_flops"] > 1e8 and report["flops_per_image"] > 0
+    assert 0 <= report["exposed_comm_fraction"] < 1 and report["exposed_comm_s"] > 0
+    assert 0 <= report["exposed_comm_fraction_ab"] < 1
+    parts = report["data_wait_s"] + report["compute_s"] + report["exposed_comm_s"]
+    assert parts == pytest.approx(report["step_time_s"], rel=1e-6)
+    assert not (tmp_path / "ckpt").exists()  # a benchmark never writes checkpoints
