@@ -22,16 +22,19 @@ import datetime
 import platform
 import sys
 import time
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ffjobs.cli import add_config_arguments, add_json_argument, config_from_args, print_json
 from ffjobs.errors import ExitCode
 
+if TYPE_CHECKING:  # torch is imported where used: building the CLI must stay light
+    import torch
+
 
 def measure_peak_flops(device: torch.device, seconds: float = 3.0) -> dict[str, Any]:
     """Dense matmul FLOP/s of this device: bf16 8192^3 on GPU, fp32 1024^3 on CPU."""
+    import torch
+
     if device.type == "cuda":
         n, dtype = 8192, torch.bfloat16
     else:
@@ -52,6 +55,8 @@ def measure_peak_flops(device: torch.device, seconds: float = 3.0) -> dict[str, 
 
 
 def _sync(device: torch.device) -> None:
+    import torch
+
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -60,6 +65,8 @@ def bench_rank(
     trainer: Any, warmup: int = 5, steps: int = 20, measure_peak: bool = True, comm_ab: bool = True
 ) -> dict[str, Any]:
     """Run on every rank inside a worker; returns the report (complete on rank 0)."""
+    import torch
+
     from ffjobs.train.checkpoint import gather_to_rank0
     from ffjobs.train.distributed import barrier
 
@@ -138,6 +145,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _bench_train(args: argparse.Namespace) -> int:
+    import torch
+
     from ffjobs.errors import UserError
     from ffjobs.train.launch import LaunchFailed, launch_local
 
