@@ -50,6 +50,11 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
 
 start_munge() {
   is_running munged && return
+  # Slurm's clients only use the stock socket, so there is one munged per host: never clobber one
+  # that belongs to the system or to another state directory.
+  if [[ -S $MUNGE_SOCKET ]] && munge -n -S "$MUNGE_SOCKET" >/dev/null 2>&1; then
+    die "a munged not started from $STATE_DIR already listens on $MUNGE_SOCKET; stop it (or the stack of its state directory) first"
+  fi
   mkdir -p "$STATE_DIR/munge" "$(dirname "$MUNGE_SOCKET")" && chmod 700 "$STATE_DIR/munge"
   if [[ ! -s $MUNGE_KEY ]]; then
     dd if=/dev/urandom of="$MUNGE_KEY" bs=1024 count=1 status=none
