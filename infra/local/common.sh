@@ -35,6 +35,11 @@ is_running() {
   tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "${1%%-*}"
 }
 
+# munged_pids: every munged running with this state directory's key, tracked by its pid file or not.
+munged_pids() {
+  pgrep -f -- "[m]unged .*--key-file=$MUNGE_KEY" || true  # [m]: never match a shell quoting this
+}
+
 # take_stack_lock WHO: serialise up.sh/down.sh callers on fd 9. Daemons are started with 9>&- so
 # they never inherit (and hold) the lock.
 take_stack_lock() {

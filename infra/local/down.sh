@@ -38,3 +38,8 @@ take_stack_lock down.sh
 for name in mlflow slurmd-node3 slurmd-node2 slurmd-node1 slurmctld slurmdbd mariadbd munged; do
   stop "$name"
 done
+# A munged that lost its pid file (see start_munge in up.sh) still belongs to this state directory.
+for pid in $(munged_pids); do
+  kill "$pid" 2>/dev/null || true
+  printf 'down.sh: stopped munged %s (had no pid file)\n' "$pid" >&2
+done

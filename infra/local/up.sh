@@ -49,7 +49,21 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
 }
 
 start_munge() {
-  is_running munged && return
+  if is_running munged && munge -n -S "$MUNGE_SOCKET" >/dev/null 2>&1; then
+    return
+  fi
+  # munged unlinks its pid file and socket on exit, even when a newer munged owns them by then, so
+  # an instance of this state directory may run without pid file or socket: stop all of them.
+  local stray
+  for stray in $(munged_pids); do
+    log "stopping munged $stray of this state directory (lost its pid file or socket)"
+    kill "$stray" 2>/dev/null || true
+  done
+  local deadline=$((SECONDS + 10))
+  while [[ -n $(munged_pids) ]]; do
+    ((SECONDS < deadline)) || die "munged of this state directory did not exit; logs: $LOG_DIR"
+    sleep 0.2
+  done
   # Slurm's clients only use the stock socket, so there is one munged per host: never clobber one
   # that belongs to the system or to another state directory.
   if [[ -S $MUNGE_SOCKET ]] && munge -n -S "$MUNGE_SOCKET" >/dev/null 2>&1; then
