@@ -30,7 +30,7 @@ install_packages() {
   fi
   apt-get install -y -q --no-install-recommends "${missing[@]}" procps >>"$LOG_DIR/apt.log" 2>&1 \
     || die "apt-get install failed; see $LOG_DIR/apt.log"
-  [[ $created_policy -eq 1 ]] && rm -f "$policy"
+  if [[ $created_policy -eq 1 ]]; then rm -f "$policy"; fi
 }
 
 # Run "$@" detached (own session, so it outlives this shell) and record its pid.
