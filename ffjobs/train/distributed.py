@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ffjobs.errors import UserError
+
 DEFAULT_PORT = 29500
 
 
@@ -111,7 +113,13 @@ def pick_backend(requested: str) -> str:
 
 
 def pick_device(env: DistEnv, backend: str) -> torch.device:
-    if backend == "nccl" or (torch.cuda.is_available() and backend != "gloo"):
+    """This rank's GPU (``local_rank``) for nccl, the CPU for gloo."""
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise UserError(
+            "train.backend: nccl needs CUDA GPUs and none is visible; "
+            "use --set train.backend=auto (gloo on CPU)"
+        )
+    if backend == "nccl":
         torch.cuda.set_device(env.local_rank)
         return torch.device("cuda", env.local_rank)
     return torch.device("cpu")
