@@ -25,18 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PIL import Image
-
-from ffjobs.data.config import ValidationConfig
-from ffjobs.data.synth import generate_dataset
-from ffjobs.data.validate import validate_dataset
-
 FIRST_PASS_GOAL = 1.7
 REVALIDATION_GOAL = 20.0
 
 
 def raw_decode_seconds(files: list[Path]) -> float:
     """Single-process decode of every file: the baseline a validator is compared with."""
+    from PIL import Image
+
     started = time.perf_counter()
     for path in files:
         with Image.open(path) as image:
@@ -48,6 +44,11 @@ def run_benchmark(
     workdir: Path, identities: int, per_identity: int, size: int, rounds: int, workers: int
 ) -> dict[str, Any]:
     """Generate the dataset under ``workdir`` and measure; returns the JSON-ready result."""
+    # Imported here: the CLI registers this command without loading PIL or numpy.
+    from ffjobs.data.config import ValidationConfig
+    from ffjobs.data.synth import generate_dataset
+    from ffjobs.data.validate import validate_dataset
+
     root = generate_dataset(
         workdir / "faces", identities=identities, per_identity=per_identity, size=size, seed=0
     )

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import numpy as np
+
     from ffjobs.data.config import ValidationConfig
 
 
@@ -117,6 +117,8 @@ def exact_duplicates(hashes: Mapping[str, str]) -> dict[str, str]:
 
 def _popcount(words: np.ndarray) -> np.ndarray:
     """Set bits per row of a ``uint8`` matrix (``np.bitwise_count`` where numpy has it)."""
+    import numpy as np
+
     if hasattr(np, "bitwise_count"):
         return np.bitwise_count(words).sum(axis=1, dtype=np.int64)
     return np.unpackbits(words, axis=1).sum(axis=1, dtype=np.int64)
@@ -131,6 +133,8 @@ def near_duplicates(
     bands, so only files sharing a band value become candidate pairs (near-linear instead of
     quadratic); candidates are then compared all at once with numpy.
     """
+    import numpy as np  # here, not at module level: config loading imports this module
+
     skip = set(exclude)
     paths = sorted(p for p in dhashes if p not in skip and dhashes[p])
     if len(paths) < 2:
