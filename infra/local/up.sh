@@ -188,6 +188,7 @@ start_slurmdbd() {
 
 start_slurmctld() {
   is_running slurmctld && return
+  started_slurm=1
   slurmctld 9>&-
   wait_for 30 slurmctld scontrol ping
 }
@@ -195,17 +196,22 @@ start_slurmctld() {
 start_slurmd() {
   local node=$1
   is_running "slurmd-$node" && return
+  started_slurm=1
   slurmd -N "$node" 9>&-
 }
 
-all_nodes_idle() {
+all_nodes_up() {
+  # idle on a fresh start; mix/alloc/comp when the stack already runs other callers' jobs.
+  # A trailing "*" (not responding), down, drain or unk do not count.
   local states
   states=$(sinfo -h -N -o '%N %t' | sort -u)
-  [[ $(grep -c ' idle$' <<<"$states") -eq 3 ]]
+  [[ $(grep -c -E ' (idle|mix|alloc|comp)$' <<<"$states") -eq 3 ]]
 }
 
 resume_down_nodes() {
-  # A node left "down" by an earlier unclean stop would keep its reason; clear it.
+  # After a restart, a node the saved state still marks down or drained (an unclean stop) would
+  # never take jobs; only called when this run started SLURM daemons, so a node that a running
+  # test drains on purpose is left alone.
   local node
   for node in $(sinfo -h -N -t down,drain -o '%N' | sort -u); do
     scontrol update NodeName="$node" State=RESUME >/dev/null 2>&1 || true
@@ -235,6 +241,7 @@ main() {
   mkdir -p "$STATE_DIR" "$LOG_DIR" "$RUN_DIR"
   take_stack_lock up.sh  # concurrent callers wait here, then find everything running
   local started=$SECONDS
+  started_slurm=0
   install_packages
   export SLURM_CONF
   write_slurm_configs
@@ -244,8 +251,8 @@ main() {
   start_slurmctld
   for node in node1 node2 node3; do start_slurmd "$node"; done
   start_mlflow  # starts in the background while SLURM settles
-  resume_down_nodes
-  wait_for 60 "all three nodes idle (sinfo)" all_nodes_idle
+  if [[ $started_slurm -eq 1 ]]; then resume_down_nodes; fi
+  wait_for 60 "all three nodes up (sinfo)" all_nodes_up
   wait_for 30 "sacct" sacct -n -X -S now-1minutes
   wait_for 90 "MLflow on port $MLFLOW_PORT" curl -fsS "http://127.0.0.1:$MLFLOW_PORT/health"
   write_env_file
