@@ -50,3 +50,15 @@ def test_package_imports_without_orchestration_libraries():
         cwd=REPO,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_config_and_cli_load_without_torch():
+    """Loading a config or building the CLI (what a DAG file does) must not import torch."""
+    probe = (
+        "import sys, ffjobs.cli, ffjobs.config\n"
+        "ffjobs.cli.build_parser(); ffjobs.config.load_config('local')\n"
+        "heavy = sorted(m for m in ('torch', 'torchvision', 'numpy', 'PIL') if m in sys.modules)\n"
+        "print(heavy); sys.exit(1 if heavy else 0)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
