@@ -395,9 +395,15 @@ def _apply_override(data: dict[str, Any], key: str, value: Any, origin: _Origin)
 
 
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
-    """Load a preset name or YAML path (``None``: the built-in defaults), then apply ``--set`` overrides."""
+    """Load a preset name or YAML path, then apply ``--set`` overrides.
+
+    ``None`` means the embedded default, ``configs/local.yaml`` (the dataclass defaults when the
+    package runs without its source tree).
+    """
     origin = _Origin()
     data: dict[str, Any] = {}
+    if path is None and (REPO_CONFIG_DIR / f"{DEFAULT_PRESET}.yaml").exists():
+        path = REPO_CONFIG_DIR / f"{DEFAULT_PRESET}.yaml"  # the embedded default
     if path is not None:
         for source, layer, lines in _load_layers(resolve_preset(path)):
             origin.record("", layer, source, lines)

@@ -92,6 +92,16 @@ class RunLogger:
         except Exception as exc:
             self._disable(f"setting tags on {self.config.tracking_uri} failed: {exc}")
 
+    def log_artifacts(self, paths: list[str], artifact_path: str | None = None) -> None:
+        """Upload files (reports, plots) into the run, under ``artifact_path``."""
+        if self._mlflow is None:
+            return
+        try:
+            for path in paths:
+                self._mlflow.log_artifact(path, artifact_path=artifact_path)
+        except Exception as exc:
+            self._disable(f"uploading artifacts to {self.config.tracking_uri} failed: {exc}")
+
     def finish(self, status: str = "FINISHED") -> None:
         """End the run (``FAILED``/``KILLED`` on errors)."""
         if self._mlflow is None:
