@@ -106,7 +106,8 @@ class FactsCache:
                 (self.source, listing, json.dumps(report)),
             )
 
-    def put(self, stat: FileStat, facts: dict) -> None:
+    def put(self, stat: FileStat, facts: dict, encoded: str | None = None) -> None:
+        """Store one file's facts (``encoded``: their JSON, when a worker already made it)."""
         self._pending.append(
             (
                 self.source,
@@ -115,7 +116,7 @@ class FactsCache:
                 stat.version,
                 self.salt,
                 facts.get("sha256"),
-                json.dumps(facts),
+                encoded if encoded is not None else json.dumps(facts),
             )
         )
         if len(self._pending) >= 1000:

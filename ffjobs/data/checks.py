@@ -116,12 +116,16 @@ def exact_duplicates(hashes: Mapping[str, str]) -> dict[str, str]:
 
 
 def _popcount(words: np.ndarray) -> np.ndarray:
-    """Set bits per row of a ``uint8`` matrix (``np.bitwise_count`` where numpy has it)."""
+    """Set bits per row of an unsigned integer matrix (``np.bitwise_count`` where numpy has it)."""
     import numpy as np
 
     if hasattr(np, "bitwise_count"):
         return np.bitwise_count(words).sum(axis=1, dtype=np.int64)
-    return np.unpackbits(words, axis=1).sum(axis=1, dtype=np.int64)
+    return np.unpackbits(words.view(np.uint8), axis=1).sum(axis=1, dtype=np.int64)
+
+
+PAIR_BATCH = 1 << 20
+"""Candidate pairs compared at once: bounds memory when one band bucket is huge (flat images)."""
 
 
 def near_duplicates(
@@ -131,7 +135,9 @@ def near_duplicates(
 
     Pigeonhole banding: two hashes within ``d`` bits agree exactly on at least one of ``d + 1``
     bands, so only files sharing a band value become candidate pairs (near-linear instead of
-    quadratic); candidates are then compared all at once with numpy.
+    quadratic). Every candidate pair of a band is generated and compared in a few numpy calls:
+    faces on plain backgrounds put hundreds of files in one bucket, and a Python loop per
+    bucket member cost more than the comparisons.
     """
     import numpy as np  # here, not at module level: config loading imports this module
 
@@ -142,25 +148,37 @@ def near_duplicates(
     words = np.frombuffer(b"".join(bytes.fromhex(dhashes[p]) for p in paths), np.uint8)
     words = words.reshape(len(paths), -1)
     bits = np.unpackbits(words, axis=1)
+    wide = words.view(np.uint64) if words.shape[1] % 8 == 0 else words  # fewer, wider XORs
     edges = np.linspace(0, bits.shape[1], max_distance + 2).round().astype(int)
-    matches: dict[int, int] = {}
+    earliest = np.full(len(paths), len(paths), dtype=np.int64)  # len(paths): no match
     for lo, hi in zip(edges[:-1], edges[1:], strict=True):
         keys = np.ascontiguousarray(np.packbits(bits[:, lo:hi], axis=1))
         keys = keys.view(np.dtype((np.void, keys.shape[1]))).reshape(-1)
-        _, group = np.unique(keys, return_inverse=True)
-        order = np.argsort(group.reshape(-1), kind="stable")
-        grouped = group.reshape(-1)[order]
-        # Members of a band bucket are adjacent after sorting: pair each with the one k later.
-        for k in range(1, len(paths)):
-            same = grouped[:-k] == grouped[k:]
-            if not same.any():
-                break  # no bucket has more than k members
-            a, b = order[:-k][same], order[k:][same]
-            close = _popcount(words[a] ^ words[b]) <= max_distance
-            for i, j in zip(a[close].tolist(), b[close].tolist(), strict=True):
-                earlier, later = min(i, j), max(i, j)
-                matches[later] = min(matches.get(later, earlier), earlier)
-    return {paths[later]: paths[earlier] for later, earlier in sorted(matches.items())}
+        _, group, counts = np.unique(keys, return_inverse=True, return_counts=True)
+        group = group.reshape(-1)
+        order = np.argsort(group, kind="stable")  # bucket members adjacent, ascending index
+        bucket_end = np.cumsum(counts)[group[order]]
+        after = bucket_end - np.arange(len(order)) - 1  # members after each one in its bucket
+        firsts = np.flatnonzero(after)
+        pairs_before = np.cumsum(after[firsts]) - after[firsts]
+        done = 0
+        while done < len(firsts):
+            stop = max(
+                done + 1, int(np.searchsorted(pairs_before, pairs_before[done] + PAIR_BATCH))
+            )
+            position = firsts[done:stop]
+            n = after[position]
+            first = np.repeat(position, n)
+            step = np.arange(len(first)) - np.repeat(np.cumsum(n) - n, n) + 1
+            a, b = order[first], order[first + step]  # a < b: the stable sort kept index order
+            close = _popcount(wide[a] ^ wide[b]) <= max_distance
+            np.minimum.at(earliest, b[close], a[close])
+            done = stop
+    return {
+        paths[later]: paths[earlier]
+        for later, earlier in enumerate(earliest.tolist())
+        if earlier < len(paths)
+    }
 
 
 def identity_histogram(counts: Iterable[int]) -> dict[str, int]:

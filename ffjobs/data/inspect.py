@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import warnings
 from typing import Any
 
@@ -109,7 +110,15 @@ def init_worker(source: Source, max_pixels: int, allowed_formats: frozenset[str]
     _worker.update(source=source, max_pixels=max_pixels, allowed_formats=allowed_formats)
 
 
-def inspect_chunk(paths: list[str]) -> list[tuple[str, Facts]]:
-    """Inspect a chunk of paths in a worker set up by :func:`init_worker`."""
+def inspect_chunk(paths: list[str]) -> list[tuple[str, Facts, str]]:
+    """Inspect a chunk of paths in a worker set up by :func:`init_worker`.
+
+    Each result carries its facts already JSON-encoded for the cache: the parent shares the
+    cores with the workers, so whatever it does per file slows the whole pool.
+    """
     source, limit, formats = _worker["source"], _worker["max_pixels"], _worker["allowed_formats"]
-    return [(path, inspect_file(source, path, limit, formats)) for path in paths]
+    results = []
+    for path in paths:
+        facts = inspect_file(source, path, limit, formats)
+        results.append((path, facts, json.dumps(facts)))
+    return results

@@ -130,8 +130,8 @@ def inspect_files(
     todo = [s.path for s in stats if s.path not in facts]
     workers = config.workers or len(os.sched_getaffinity(0))
     if workers == 1 or len(todo) <= CHUNK:
-        results: Iterator[list[tuple[str, Facts]]] = (
-            [(p, inspect_file(source, p, config.max_pixels, formats)) for p in chunk]
+        results: Iterator[list[tuple[str, Facts, str | None]]] = (
+            [(p, inspect_file(source, p, config.max_pixels, formats), None) for p in chunk]
             for chunk in _chunks(todo, CHUNK)
         )
         pool = None
@@ -142,9 +142,9 @@ def inspect_files(
         results = pool.imap_unordered(inspect_chunk, _chunks(todo, CHUNK))
     try:
         for chunk_result in results:
-            for path, file_facts in chunk_result:
+            for path, file_facts, encoded in chunk_result:
                 facts[path] = file_facts
-                cache.put(by_path[path], file_facts)
+                cache.put(by_path[path], file_facts, encoded)
             if progress:
                 progress(len(chunk_result))
     finally:
