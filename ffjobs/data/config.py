@@ -77,3 +77,5 @@ class DataConfig:
     """Probability that a training pair is (source, target) of the same identity."""
     num_workers: int = field(default=0, metadata={"ge": 0})
     """DataLoader worker processes per rank."""
+    prefetch_factor: int = field(default=4, metadata={"ge": 1})
+    """Batches each worker loads ahead (with ``num_workers`` > 0); workers persist across epochs."""

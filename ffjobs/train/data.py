@@ -3,7 +3,13 @@
 Exact resume needs the position in the data to be part of the checkpoint. The loader's
 workers prefetch ahead of what the optimizer has consumed, so the sampler is advanced here, one
 consumed batch at a time, and its state (epoch, position) is what gets checkpointed; on resume
-the loader is rebuilt from that position.
+the loader restarts from that position.
+
+The loader is built once and keeps its worker processes across epochs (``persistent_workers``):
+restarting a rank's workers every epoch stalled training for seconds. Persistent workers hold
+their own copy of the dataset, so the epoch cannot be set on the main process's copy; instead
+every sampled index travels as ``(epoch, index)`` and the worker sets the epoch on its copy
+before loading the item (:class:`EpochTaggedSampler`, :class:`EpochTaggedDataset`).
 """
 
 from __future__ import annotations
@@ -12,15 +18,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from ffjobs.data.sampler import ResumableDistributedSampler
 
 
 class RandomPairs(Dataset):
-    """In-memory random pairs of one fixed size: measures training without image decoding."""
+    """In-memory random ``uint8`` pairs of one fixed size: training without image decoding.
+
+    Same item contract as :class:`ffjobs.data.dataset.FacePairDataset` (``uint8`` images).
+    """
 
     def __init__(self, length: int, size: int, seed: int = 0):
         generator = torch.Generator().manual_seed(seed)
-        self.images = torch.rand(length, 3, size, size, generator=generator) * 2 - 1
+        self.images = torch.randint(
+            0, 256, (length, 3, size, size), dtype=torch.uint8, generator=generator
+        )
         self.same = torch.rand(length, generator=generator) < 0.5
 
     def __len__(self) -> int:
@@ -35,6 +48,40 @@ class RandomPairs(Dataset):
         }
 
 
+class EpochTaggedSampler(Sampler[tuple[int, int]]):
+    """Yields ``(epoch, index)`` for each index of ``sampler``, the epoch read when iteration
+    starts (the sampler itself is unchanged: same order, same resumable position)."""
+
+    def __init__(self, sampler: ResumableDistributedSampler):
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        epoch = self.sampler.epoch
+        return ((epoch, index) for index in self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
+class EpochTaggedDataset(Dataset):
+    """``dataset[(epoch, i)]`` is ``dataset[i]`` after ``dataset.set_epoch(epoch)`` (if it has
+    one): correct in a persistent worker whatever epoch its copy last served."""
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+        self._epoch: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        epoch, index = key
+        if epoch != self._epoch and hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)  # new (source, target) pairs every epoch
+        self._epoch = epoch
+        return self.dataset[index]
+
+
 class BatchStream:
     """Per-rank micro-batches across epochs, with a checkpointable position."""
 
@@ -47,14 +94,14 @@ class BatchStream:
         seed: int,
         num_workers: int = 0,
         pin_memory: bool = False,
+        prefetch_factor: int = 2,
     ):
-        from ffjobs.data.sampler import ResumableDistributedSampler
-
         self.dataset = dataset
         self.batch_size = batch_size
         self.rank, self.seed = rank, seed
         self.num_workers = num_workers
         self.pin_memory = pin_memory
+        self.prefetch_factor = prefetch_factor
         self.sampler = ResumableDistributedSampler(
             len(dataset),
             num_replicas=world_size,
@@ -69,6 +116,7 @@ class BatchStream:
                 f"dataset of {len(dataset)} items gives no full batch of {batch_size} per rank "
                 f"on {world_size} ranks; lower train.batch_size or use more data"
             )
+        self._loader: DataLoader | None = None
         self._iterator: Iterator[Any] | None = None
 
     @property
@@ -83,24 +131,34 @@ class BatchStream:
         self.sampler.load_state_dict(state)
         self._iterator = None
 
-    def _start_epoch(self) -> Iterator[Any]:
-        if hasattr(self.dataset, "set_epoch"):  # new (source, target) pairs every epoch
-            self.dataset.set_epoch(self.sampler.epoch)
-        loader = DataLoader(
-            self.dataset,
+    def set_epoch(self, epoch: int) -> None:
+        """Continue at the start of ``epoch`` (resuming on another world size)."""
+        if epoch != self.sampler.epoch:
+            self.sampler.set_epoch(epoch)
+            self._iterator = None
+
+    def _build_loader(self) -> DataLoader:
+        workers = self.num_workers > 0
+        return DataLoader(
+            EpochTaggedDataset(self.dataset),
             batch_size=self.batch_size,
-            sampler=self.sampler,
+            sampler=EpochTaggedSampler(self.sampler),
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             drop_last=True,
-            persistent_workers=False,
+            persistent_workers=workers,
+            prefetch_factor=self.prefetch_factor if workers else None,
             # the loader draws its worker seed from this generator, not from the global RNG,
-            # so rebuilding it mid-epoch on resume leaves the training RNG stream untouched
-            generator=torch.Generator().manual_seed(
-                (self.seed * 1_000_003 + self.sampler.epoch) * 1_009 + self.rank
-            ),
+            # so (re)starting it on resume leaves the training RNG stream untouched
+            generator=torch.Generator().manual_seed(self.seed * 1_009 + self.rank),
         )
-        return iter(loader)
+
+    def _start_epoch(self) -> Iterator[Any]:
+        """Iterate from the sampler's position; persistent workers are reused, and a restart
+        mid-iteration drops what they had prefetched (``DataLoader`` drains it)."""
+        if self._loader is None:
+            self._loader = self._build_loader()
+        return iter(self._loader)
 
     def next(self) -> Any:
         """The next micro-batch; rolls over to the next epoch when this one is exhausted."""

@@ -36,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from ffjobs.config import Config
+from ffjobs.data.dataset import to_model_images
 from ffjobs.models import FusionModels, build
 from ffjobs.models.losses import discriminator_loss, generator_loss
 from ffjobs.tracking.mlflow_logger import RunLogger
@@ -44,6 +45,7 @@ from ffjobs.train.data import BatchStream
 from ffjobs.train.distributed import DistEnv, print0
 from ffjobs.train.faults import FaultInjector
 from ffjobs.train.metrics import CommTimer, ThroughputMeter, format_progress
+from ffjobs.train.prefetch import DevicePrefetcher
 
 LOSS_NAMES = ("d_real", "d_fused", "adversarial", "identity", "reconstruction", "feature_matching")
 
@@ -170,14 +172,20 @@ class Trainer:
         self.scaler_d = torch.amp.GradScaler(device.type, enabled=scaler_on)
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(tc.precision)
 
-        self.data = BatchStream(
-            dataset,
-            tc.batch_size,
-            env.rank,
-            env.world_size,
-            seed=tc.seed,
-            num_workers=config.data.num_workers,
-            pin_memory=device.type == "cuda",
+        # a step's micro-batches are copied to the device while the step before computes
+        self.data = DevicePrefetcher(
+            BatchStream(
+                dataset,
+                tc.batch_size,
+                env.rank,
+                env.world_size,
+                seed=tc.seed,
+                num_workers=config.data.num_workers,
+                pin_memory=device.type == "cuda",
+                prefetch_factor=config.data.prefetch_factor,
+            ),
+            device,
+            depth=tc.grad_accum,
         )
         self.checkpointer = Checkpointer(tc.checkpoint_dir, keep=tc.keep_checkpoints)
         self.logger = logger if logger is not None else RunLogger(config.tracking, active=False)
@@ -273,8 +281,10 @@ class Trainer:
         return totals
 
     def _to_device(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """``uint8`` images to the model's float [-1, 1] (on the device, in its memory format)."""
+
         def images(x: torch.Tensor) -> torch.Tensor:
-            return x.to(self.device, non_blocking=True).contiguous(memory_format=self.memory_format)
+            return to_model_images(x, self.device, self.memory_format)
 
         same = batch["same_identity"].to(self.device, non_blocking=True)
         return images(batch["source"]), images(batch["target"]), same
@@ -439,7 +449,7 @@ class Trainer:
                 f"resuming {len(rank_states)}-rank checkpoint on {self.world_size} ranks: "
                 "data order and RNG streams are not continued exactly"
             )
-            self.data.sampler.set_epoch(rank_states[0]["data"]["epoch"] + 1)
+            self.data.set_epoch(rank_states[0]["data"]["epoch"] + 1)
             seed_everything(self.tc.seed + 1000 * self.env.rank + ref.step)
         self.step = int(state["step"])
         self._resumed_run_id = state.get("mlflow_run_id")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ffjobs.data.dataset import FacePairDataset
+from ffjobs.data.dataset import FacePairDataset, to_model_images
 from ffjobs.data.index import index_from_config, split_identities
 from ffjobs.data.synth import generate_dataset
 from ffjobs.models import build
@@ -21,7 +21,8 @@ from .helpers import final_weights, tiny_config
 @torch.no_grad()
 def _probe(models, batch) -> tuple[float, float]:
     """(mean identity cosine of fused vs source, mean L1 of fused vs target on same-identity)."""
-    source, target, same = batch["source"], batch["target"], batch["same_identity"]
+    source, target = to_model_images(batch["source"]), to_model_images(batch["target"])
+    same = batch["same_identity"]
     source_embedding = models.identity_encoder(source)
     fused = models.generator.eval()(target, source_embedding)
     cosine = identity_cosine(models.identity_encoder(fused), source_embedding).mean().item()
