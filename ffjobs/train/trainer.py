@@ -33,7 +33,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from ffjobs.config import Config
 from ffjobs.data.dataset import to_model_images
@@ -43,6 +42,7 @@ from ffjobs.tracking.mlflow_logger import RunLogger
 from ffjobs.train.checkpoint import Checkpointer, capture_rng_state, restore_rng_state
 from ffjobs.train.data import BatchStream
 from ffjobs.train.distributed import DistEnv, print0
+from ffjobs.train.ema import GeneratorEMA
 from ffjobs.train.faults import FaultInjector
 from ffjobs.train.metrics import CommTimer, ThroughputMeter, format_progress
 from ffjobs.train.prefetch import DevicePrefetcher
@@ -133,13 +133,7 @@ class Trainer:
         # From here on each rank draws its own random stream (data order comes from the sampler).
         seed_everything(tc.seed + 1000 * env.rank)
 
-        self.ema = (
-            AveragedModel(
-                generator, multi_avg_fn=get_ema_multi_avg_fn(tc.ema_decay), use_buffers=True
-            )
-            if tc.ema_decay is not None
-            else None
-        )
+        self.ema = GeneratorEMA(generator, tc.ema_decay) if tc.ema_decay is not None else None
         self.faults = FaultInjector(tc.faults, env.rank)
         self.comm = CommTimer(device)
         self.generator = self._wrap(generator)
@@ -277,7 +271,7 @@ class Trainer:
         self.sched_d.step()
         self.sched_g.step()
         if self.ema is not None:
-            self.ema.update_parameters(self.g_module)
+            self.ema.update(self.g_module)
         return totals
 
     def _to_device(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
