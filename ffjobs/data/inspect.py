@@ -19,7 +19,7 @@ from PIL import Image, ImageFile, UnidentifiedImageError
 from ffjobs.data.sources import PathEscapeError, Source
 
 # Bump when the facts below change meaning, so cached facts are re-computed.
-INSPECTOR_VERSION = 2
+INSPECTOR_VERSION = 3
 
 Facts = dict[str, Any]
 
@@ -71,6 +71,11 @@ def inspect_bytes(data: bytes, max_pixels: int, allowed_formats: frozenset[str])
             }
         if image.format not in allowed_formats:
             return {**facts, "error": "unsupported_format", "detail": str(image.format)}
+        if image.format == "JPEG" and image.mode == "RGB":
+            # libjpeg still entropy-decodes every block of every component (where truncation
+            # and corrupt data show up) but emits luminance only: chroma IDCT, upsampling and
+            # colour conversion cannot fail, and the perceptual hash wants gray anyway.
+            image.draft("L", image.size)
         try:
             image.load()
         except OSError as exc:
