@@ -42,6 +42,8 @@ class PipelineRun:
     run_dir: Path
     nproc: int
     tracker: Any  # ffjobs.tracking.mlflow_logger.RunLogger
+    quiet_stdout: bool = False
+    """Keep stdout for the final JSON: stages print their progress to stderr."""
     outcomes: list[StageOutcome] = field(default_factory=list)
 
 
@@ -120,7 +122,7 @@ def train_stage(run: PipelineRun) -> StageOutcome:
     if run.tracker.run_id:
         os.environ[RUN_ID_ENV] = run.tracker.run_id
     try:
-        result = launch_local(run.config, run.nproc)
+        result = launch_local(run.config, run.nproc, quiet_stdout=run.quiet_stdout)
     except LaunchFailed as exc:
         return StageOutcome("train", "failed", 0.0, str(exc), ExitCode.FAILED)
     finally:
@@ -159,6 +161,7 @@ def run_pipeline(
     nproc: int,
     stages: tuple[str, ...] = STAGES,
     echo: Callable[[str], None] = print,
+    quiet_stdout: bool = False,
 ) -> PipelineRun:
     """Run ``stages`` in order; stop at the first one that fails. Every stage is recorded."""
     from ffjobs.tracking.mlflow_logger import RunLogger
@@ -170,7 +173,7 @@ def run_pipeline(
     tracker = RunLogger(config.tracking, active=True)
     tracker.start(f"pipeline-{stamp}", config.to_dict())
     tracker.set_tags({"ffjobs.stage": "pipeline", "ffjobs.run_dir": str(run_dir)})
-    run = PipelineRun(config, run_dir, nproc, tracker)
+    run = PipelineRun(config, run_dir, nproc, tracker, quiet_stdout)
     status = "FINISHED"
     try:
         for name in stages:
@@ -237,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"--nproc: must be >= 1, got {args.nproc}")
     config = config_from_args(args)
     echo = (lambda line: print(line, file=sys.stderr)) if args.json else print
-    run = run_pipeline(config, nproc=args.nproc, stages=stages, echo=echo)
+    run = run_pipeline(config, nproc=args.nproc, stages=stages, echo=echo, quiet_stdout=args.json)
     summary = summary_dict(run)
     if args.json:
         print_json(summary)
