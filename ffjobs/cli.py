@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ffjobs",
         description="Face-fusion training on SLURM: validate data, preflight the fabric, "
-        "train with DDP, evaluate, register.",
+        "train with DDP.",
     )
     parser.add_argument("--version", action="version", version=f"ffjobs {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
