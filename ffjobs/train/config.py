@@ -8,7 +8,11 @@ from typing import Literal
 
 @dataclass
 class FaultInjection:
-    """Drills for the recovery path; all off unless configured."""
+    """Drills for the recovery path; all off unless configured.
+
+    The step drills (kill, hang, raise in collective) fire once per checkpoint directory: a
+    marker written there before firing keeps a restarted job from failing at the same step.
+    """
 
     kill_rank: int | None = field(default=None, metadata={"ge": 0})
     """Rank that SIGKILLs itself at ``kill_at_step`` (the launcher then stops the others)."""

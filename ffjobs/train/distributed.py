@@ -18,6 +18,8 @@ import datetime
 import os
 import re
 import subprocess
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -105,6 +107,26 @@ def detect_env(environ: dict[str, str] | None = None) -> DistEnv:
     return DistEnv(0, 1, 0, "127.0.0.1", DEFAULT_PORT, "single")
 
 
+def shared_store_restart_hazard(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why a torchrun restart may fail to re-form the group, or ``None`` if it will not.
+
+    With the c10d rendezvous, torchrun by default lends its own store to the workers for
+    ``init_process_group``, and that store outlives a restart: the restarted ranks can read the
+    previous attempt's (dead) peer addresses and fail to connect (pytorch/pytorch#135712, still
+    so in torch 2.14). ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in torchrun's environment gives
+    every attempt a fresh store.
+    """
+    env = os.environ if environ is None else environ
+    shared = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    if not shared or int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) == 0:
+        return None
+    return (
+        "torchrun shares its rendezvous store with the workers, so a restarted group may read "
+        "the previous attempt's addresses and fail to connect; start torchrun with "
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 when --max-restarts is above 0"
+    )
+
+
 def pick_backend(requested: str) -> str:
     """``auto`` resolves to nccl when CUDA is available, else gloo."""
     if requested == "auto":
@@ -137,6 +159,8 @@ def compute_init(
     # a silent hang; a retry supervisor can only act on a rank that exits.
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
     env = detect_env()
+    if env.rank == 0 and (hazard := shared_store_restart_hazard()):
+        warnings.warn(hazard, stacklevel=2)
     backend = pick_backend(backend)
     device = pick_device(env, backend)
     if env.is_distributed and not dist.is_initialized():

@@ -2,10 +2,19 @@
 
 Steps are 1-based: ``kill_at_step: 7`` means the rank dies as it starts its 7th optimizer step,
 after step 6 (and any checkpoint taken there) has completed.
+
+The step drills (kill, hang, raise in the all-reduce) fire once per training job: before firing,
+a rank writes a marker (``drill-fired-<kind>.json``) next to the checkpoints, and a run that
+finds the marker skips that drill. A restarted job (torchrun ``--max-restarts``, a SLURM requeue,
+a pipeline retry) resumes below the drill's step and would otherwise fail again at the same
+step. A marker rather than a restart counter: torchrun's ``TORCHELASTIC_RESTART_COUNT`` is per
+node (an agent whose workers were healthy restarts them without counting), and the ranks may
+be assigned to other nodes after a restart, so only shared storage gives every rank one answer.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -20,22 +29,68 @@ class InjectedFault(RuntimeError):
     """Raised on purpose by a drill."""
 
 
-class FaultInjector:
-    """Applies the drills of :class:`FaultInjection` to one rank."""
+STEP_DRILLS = ("kill", "hang", "raise_in_collective")
 
-    def __init__(self, config: FaultInjection, rank: int):
+
+def marker_name(kind: str) -> str:
+    """Name of the blob recording that the ``kind`` drill has fired in this checkpoint store."""
+    return f"drill-fired-{kind}.json"
+
+
+class FaultInjector:
+    """Applies the drills of :class:`FaultInjection` to one rank.
+
+    ``store`` is the checkpoint store that records fired drills; without one, the step drills
+    fire in every run that reaches their step.
+    """
+
+    def __init__(self, config: FaultInjection, rank: int, store: CheckpointStore | None = None):
         self.config = config
         self.rank = rank
+        self.store = store
         self.step = 0
+        self.already_fired = self._fired_before()
+        """Step drills that fired in an earlier run of this job (read once, at start-up, so
+        every rank decides from the same state)."""
+
+    def _configured(self) -> set[str]:
+        cfg = self.config
+        targets = {
+            "kill": cfg.kill_at_step,
+            "hang": cfg.hang_at_step,
+            "raise_in_collective": cfg.raise_in_collective_at_step,
+        }
+        return {kind for kind, step in targets.items() if step is not None}
+
+    def _fired_before(self) -> set[str]:
+        configured = self._configured()
+        if self.store is None or not configured:
+            return set()  # no drill, no look at the store
+        names = set(self.store.list())
+        return {kind for kind in configured if marker_name(kind) in names}
+
+    def _arm(self, kind: str, step: int) -> bool:
+        """Whether ``kind`` fires now; if so, record it first (the rank may not survive it)."""
+        if kind in self.already_fired:
+            print(
+                f"[fault] rank {self.rank}: {kind} drill already fired in this job; skipped",
+                file=sys.stderr,
+                flush=True,
+            )
+            return False
+        if self.store is not None:
+            record = {"kind": kind, "rank": self.rank, "step": step, "time": time.time()}
+            self.store.write(marker_name(kind), json.dumps(record).encode())
+        return True
 
     def before_step(self, step: int) -> None:
         """Called as ``step`` starts: kill or hang this rank if a drill says so."""
         self.step = step
         cfg = self.config
-        if cfg.kill_rank == self.rank and cfg.kill_at_step == step:
+        if cfg.kill_rank == self.rank and cfg.kill_at_step == step and self._arm("kill", step):
             print(f"[fault] rank {self.rank}: SIGKILL at step {step}", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
-        if cfg.hang_rank == self.rank and cfg.hang_at_step == step:
+        if cfg.hang_rank == self.rank and cfg.hang_at_step == step and self._arm("hang", step):
             print(f"[fault] rank {self.rank}: hanging at step {step}", file=sys.stderr, flush=True)
             while True:  # stop participating; peers block in their next collective
                 time.sleep(3600)
@@ -43,11 +98,11 @@ class FaultInjector:
     def wrap_comm_hook(self, hook: Any) -> Any:
         """A DDP comm hook that raises from inside the all-reduce at the configured step."""
         target = self.config.raise_in_collective_at_step
-        if target is None:
+        if target is None or "raise_in_collective" in self.already_fired:
             return hook
 
         def faulty_hook(state, bucket):  # no annotations: DDP checks them (ours are strings)
-            if self.step == target:
+            if self.step == target and self._arm("raise_in_collective", self.step):
                 raise InjectedFault(f"injected failure inside all-reduce at step {self.step}")
             return hook(state, bucket)
 

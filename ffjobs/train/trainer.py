@@ -134,7 +134,9 @@ class Trainer:
         seed_everything(tc.seed + 1000 * env.rank)
 
         self.ema = GeneratorEMA(generator, tc.ema_decay) if tc.ema_decay is not None else None
-        self.faults = FaultInjector(tc.faults, env.rank)
+        self.checkpointer = Checkpointer(tc.checkpoint_dir, keep=tc.keep_checkpoints)
+        # drills record having fired next to the checkpoints, so a restarted job is not hit again
+        self.faults = FaultInjector(tc.faults, env.rank, self.checkpointer.store)
         self.comm = CommTimer(device)
         self.generator = self._wrap(generator)
         self.discriminator = self._wrap(discriminator)
@@ -181,7 +183,6 @@ class Trainer:
             device,
             depth=tc.grad_accum,
         )
-        self.checkpointer = Checkpointer(tc.checkpoint_dir, keep=tc.keep_checkpoints)
         self.logger = logger if logger is not None else RunLogger(config.tracking, active=False)
         self.meter = ThroughputMeter(device, self.comm)
         self.flops_per_image = flops_per_image

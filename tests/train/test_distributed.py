@@ -57,3 +57,12 @@ def test_backend_auto_is_gloo_without_cuda(monkeypatch):
     monkeypatch.setattr(distributed.torch.cuda, "is_available", lambda: False)
     assert pick_backend("auto") == "gloo"
     assert pick_backend("nccl") == "nccl"
+
+
+def test_torchrun_shared_store_with_restarts_is_flagged():
+    hazard = distributed.shared_store_restart_hazard
+    shared = {"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_MAX_RESTARTS": "1"}
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in hazard(shared)
+    assert hazard({**shared, "TORCHELASTIC_MAX_RESTARTS": "0"}) is None
+    assert hazard({**shared, "TORCHELASTIC_USE_AGENT_STORE": "False"}) is None
+    assert hazard({}) is None

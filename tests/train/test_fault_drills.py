@@ -1,12 +1,19 @@
-"""Fault drills end with a failed launch, never a silent hang (2 gloo ranks, tiny model)."""
+"""Fault drills end with a failed launch, never a silent hang (2 gloo ranks, tiny model), and
+fire once per job (a restarted job resumes past them)."""
 
 from __future__ import annotations
 
+import json
+import signal
 import time
 
 import pytest
 
+from ffjobs.train import faults
+from ffjobs.train.config import FaultInjection
+from ffjobs.train.faults import FaultInjector, InjectedFault, marker_name
 from ffjobs.train.launch import LaunchFailed, launch_local
+from ffjobs.train.storage import LocalStore
 
 from .helpers import tiny_config
 
@@ -30,3 +37,62 @@ def test_hung_rank_makes_its_peer_time_out_within_the_collective_timeout(tmp_pat
         launch_local(config, 2, data="memory", quiet_stdout=True)
     assert failure.value.rank == 0  # the healthy rank noticed; the hung one was stopped
     assert time.monotonic() - started < 60
+
+
+# --------------------------------------------------------------------- drills fire once per job
+
+
+def _kill_injector(store, monkeypatch, kills):
+    monkeypatch.setattr(faults.os, "kill", lambda pid, sig: kills.append(sig))
+    return FaultInjector(FaultInjection(kill_rank=1, kill_at_step=3), rank=1, store=store)
+
+
+def test_kill_drill_fires_once_per_checkpoint_store(tmp_path, monkeypatch):
+    store, kills = LocalStore(tmp_path / "ckpt"), []
+    first = _kill_injector(store, monkeypatch, kills)
+    first.before_step(2)
+    assert kills == [] and store.list() == []
+    first.before_step(3)
+    assert kills == [signal.SIGKILL]
+    assert json.loads(store.read(marker_name("kill"))) | {"time": 0} == {
+        "kind": "kill",
+        "rank": 1,
+        "step": 3,
+        "time": 0,
+    }
+    # the restarted job resumes below step 3 and passes it without dying again
+    restarted = _kill_injector(store, monkeypatch, kills)
+    restarted.before_step(3)
+    assert kills == [signal.SIGKILL]
+
+
+def test_without_a_store_the_kill_drill_fires_in_every_run(monkeypatch):
+    kills = []
+    for _ in range(2):
+        _kill_injector(None, monkeypatch, kills).before_step(3)
+    assert kills == [signal.SIGKILL, signal.SIGKILL]
+
+
+def test_raise_in_collective_fires_once_per_checkpoint_store(tmp_path):
+    store = LocalStore(tmp_path / "ckpt")
+    config = FaultInjection(raise_in_collective_at_step=2)
+
+    def hook(state, bucket):
+        return "reduced"
+
+    first = FaultInjector(config, rank=0, store=store)
+    faulty = first.wrap_comm_hook(hook)
+    first.step = 2
+    with pytest.raises(InjectedFault):
+        faulty(None, None)
+    assert FaultInjector(config, rank=0, store=store).wrap_comm_hook(hook) is hook
+
+
+def test_no_step_drill_never_touches_the_store():
+    class Untouchable:
+        def list(self):
+            raise AssertionError("listed the store without a drill")
+
+    injector = FaultInjector(FaultInjection(), rank=0, store=Untouchable())
+    injector.before_step(1)
+    assert injector.already_fired == set()
