@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from ffjobs.errors import UserError
+from ffjobs.local_ranks import free_loopback_port, rank_environment
 
 RANK_LOG_DIR = "logs"
 
@@ -23,12 +24,6 @@ def local_gpu_count() -> int:
     return len(list(gpus.iterdir())) if gpus.is_dir() else 0
 
 
-def free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def launch_local(run_dir: Path, nproc: int, timeout_s: float) -> str | None:
     """Run ``nproc`` ranks as child processes on loopback; return a launch error or None."""
     port = free_loopback_port()
@@ -36,16 +31,7 @@ def launch_local(run_dir: Path, nproc: int, timeout_s: float) -> str | None:
     log_dir.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
     for rank in range(nproc):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            WORLD_SIZE=str(nproc),
-            LOCAL_RANK=str(rank),
-            LOCAL_WORLD_SIZE=str(nproc),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-        )
-        env.setdefault("OMP_NUM_THREADS", "1")
+        env = rank_environment(rank, nproc, port)
         with open(log_dir / f"rank-{rank:05d}.out", "wb") as out:
             procs.append(
                 subprocess.Popen(

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,15 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ffjobs.config import Config
-
-# Variables that would make a rank believe it is a SLURM/submitit task instead of a local one.
-_SCHEDULER_VARS = ("SUBMITIT_EXECUTOR", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from ffjobs.local_ranks import free_loopback_port, rank_environment
 
 
 class LaunchFailed(RuntimeError):
@@ -58,20 +48,10 @@ def launch_local(
         config_path = Path(tmp) / "config.json"
         config_path.write_text(config.dump("json"))
         result_path = Path(tmp) / "result.json"
-        port = free_port()
+        port = free_loopback_port()
         procs = []
         for rank in range(nproc):
-            env = {k: v for k, v in os.environ.items() if k not in _SCHEDULER_VARS}
-            env.update(
-                RANK=str(rank),
-                WORLD_SIZE=str(nproc),
-                LOCAL_RANK=str(rank),
-                LOCAL_WORLD_SIZE=str(nproc),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-            )
-            # N ranks share the cores: without this each would start one thread per core
-            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+            env = rank_environment(rank, nproc, port)
             cmd = [
                 sys.executable,
                 "-m",

@@ -17,7 +17,7 @@ from .test_validate import assert_every_planted_defect_found
 pytestmark = pytest.mark.integration
 
 
-def test_corrupt_dataset_on_s3(s3_endpoint, corrupt_dataset, tmp_path):
+def test_corrupt_dataset_on_s3(s3_endpoint, s3_env, corrupt_dataset, tmp_path):
     uri = upload_dataset(s3_endpoint, corrupt_dataset, "faces-corrupt", "v1")
     planted = json.loads((corrupt_dataset / "planted.json").read_text())
     config = ValidationConfig(cache_dir=str(tmp_path))
@@ -36,7 +36,7 @@ def test_corrupt_dataset_on_s3(s3_endpoint, corrupt_dataset, tmp_path):
     assert again.timing["inspected"] == 0 and again.fingerprint == report.fingerprint
 
 
-def test_clean_dataset_on_s3_validates_and_loads(s3_endpoint, clean_dataset, tmp_path):
+def test_clean_dataset_on_s3_validates_and_loads(s3_endpoint, s3_env, clean_dataset, tmp_path):
     uri = upload_dataset(s3_endpoint, clean_dataset, "faces-clean", "v1")
     report = validate_dataset(uri, ValidationConfig(cache_dir=str(tmp_path), workers=2))
     assert report.passed and report.files == 192 and report.layout == "identity_folders"

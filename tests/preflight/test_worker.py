@@ -7,8 +7,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from ffjobs.local_ranks import free_loopback_port
 from ffjobs.preflight.config import PreflightConfig
-from ffjobs.preflight.launch import free_loopback_port
 from ffjobs.preflight.report import build_report
 
 REPO = Path(__file__).resolve().parents[2]

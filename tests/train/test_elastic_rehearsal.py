@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ffjobs.train.launch import free_port
+from ffjobs.local_ranks import free_loopback_port
 
 from .helpers import TINY_MODEL, final_weights
 
@@ -136,7 +136,7 @@ def rehearse(workdir: Path, data: Path, *extra: str) -> Rehearsal:
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
         PYTHONUNBUFFERED="1",
     )
-    command = torchrun_command(free_port(), workdir.name, overrides)
+    command = torchrun_command(free_loopback_port(), workdir.name, overrides)
     started = time.monotonic()
     nodes = [
         Node(
