@@ -116,16 +116,32 @@ def exact_duplicates(hashes: Mapping[str, str]) -> dict[str, str]:
 
 
 def _popcount(words: np.ndarray) -> np.ndarray:
-    """Set bits per row of an unsigned integer matrix (``np.bitwise_count`` where numpy has it)."""
+    """Set bits of each element of a 1-D unsigned integer array, as ``uint8``."""
     import numpy as np
 
-    if hasattr(np, "bitwise_count"):
-        return np.bitwise_count(words).sum(axis=1, dtype=np.int64)
-    return np.unpackbits(words.view(np.uint8), axis=1).sum(axis=1, dtype=np.int64)
+    if hasattr(np, "bitwise_count"):  # numpy >= 2.0
+        return np.bitwise_count(words)
+    octets = np.unpackbits(words.view(np.uint8).reshape(len(words), words.itemsize), axis=1)
+    return octets.sum(axis=1, dtype=np.uint8)
 
 
 PAIR_BATCH = 1 << 20
 """Candidate pairs compared at once: bounds memory when one band bucket is huge (flat images)."""
+
+
+def _band_keys(bits: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """One integer per row naming its bits ``lo:hi`` (rows with equal bits get equal keys)."""
+    import numpy as np
+
+    packed = np.packbits(bits[:, lo:hi], axis=1)
+    if packed.shape[1] <= 8:
+        # Integer keys sort several times faster than the byte strings np.unique would compare.
+        padded = np.zeros((len(bits), 8), dtype=np.uint8)
+        padded[:, : packed.shape[1]] = packed
+        return padded.view(np.uint64).reshape(-1)
+    packed = np.ascontiguousarray(packed)
+    strings = packed.view(np.dtype((np.void, packed.shape[1]))).reshape(-1)
+    return np.unique(strings, return_inverse=True)[1].reshape(-1)
 
 
 def near_duplicates(
@@ -137,7 +153,8 @@ def near_duplicates(
     bands, so only files sharing a band value become candidate pairs (near-linear instead of
     quadratic). Every candidate pair of a band is generated and compared in a few numpy calls:
     faces on plain backgrounds put hundreds of files in one bucket, and a Python loop per
-    bucket member cost more than the comparisons.
+    bucket member cost more than the comparisons. Pairs are compared one 64-bit word at a
+    time, dropping those already too far apart: most candidates fail on the first word.
     """
     import numpy as np  # here, not at module level: config loading imports this module
 
@@ -145,39 +162,57 @@ def near_duplicates(
     paths = sorted(p for p in dhashes if p not in skip and dhashes[p])
     if len(paths) < 2:
         return {}
+    count = len(paths)
     words = np.frombuffer(b"".join(bytes.fromhex(dhashes[p]) for p in paths), np.uint8)
-    words = words.reshape(len(paths), -1)
+    words = words.reshape(count, -1)
     bits = np.unpackbits(words, axis=1)
     wide = words.view(np.uint64) if words.shape[1] % 8 == 0 else words  # fewer, wider XORs
+    columns = [np.ascontiguousarray(wide[:, j]) for j in range(wide.shape[1])]
+    column_bits = bits.shape[1] // len(columns)
     edges = np.linspace(0, bits.shape[1], max_distance + 2).round().astype(int)
-    earliest = np.full(len(paths), len(paths), dtype=np.int64)  # len(paths): no match
+    earliest = np.full(count, count, dtype=np.int64)  # count: no match
+    position_of = np.arange(count)
+    counter = np.uint8 if max_distance <= 191 else np.uint16
     for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        keys = np.ascontiguousarray(np.packbits(bits[:, lo:hi], axis=1))
-        keys = keys.view(np.dtype((np.void, keys.shape[1]))).reshape(-1)
-        _, group, counts = np.unique(keys, return_inverse=True, return_counts=True)
-        group = group.reshape(-1)
-        order = np.argsort(group, kind="stable")  # bucket members adjacent, ascending index
-        bucket_end = np.cumsum(counts)[group[order]]
-        after = bucket_end - np.arange(len(order)) - 1  # members after each one in its bucket
+        keys = _band_keys(bits, lo, hi)
+        order = np.argsort(keys, kind="stable")  # bucket members adjacent, ascending index
+        sorted_keys = keys[order]
+        bucket_end = np.append(np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1, count)
+        sizes = np.diff(bucket_end, prepend=0)
+        after = np.repeat(bucket_end, sizes) - position_of - 1  # members after each one
         firsts = np.flatnonzero(after)
         pairs_before = np.cumsum(after[firsts]) - after[firsts]
+        # Words outside the band first: inside it every candidate pair agrees by construction.
+        overlap = [
+            max(0, min(hi, (j + 1) * column_bits) - max(lo, j * column_bits))
+            for j in range(len(columns))
+        ]
+        ranked = [columns[j] for j in sorted(range(len(columns)), key=overlap.__getitem__)]
+        order32 = order.astype(np.int32)  # half the memory traffic of int64 indices
         done = 0
         while done < len(firsts):
             stop = max(
                 done + 1, int(np.searchsorted(pairs_before, pairs_before[done] + PAIR_BATCH))
             )
-            position = firsts[done:stop]
-            n = after[position]
-            first = np.repeat(position, n)
-            step = np.arange(len(first)) - np.repeat(np.cumsum(n) - n, n) + 1
-            a, b = order[first], order[first + step]  # a < b: the stable sort kept index order
-            close = _popcount(wide[a] ^ wide[b]) <= max_distance
+            n = after[firsts[done:stop]]
+            first = np.repeat(firsts[done:stop].astype(np.int32), n)
+            step = np.arange(1, len(first) + 1, dtype=np.int32) - np.repeat(
+                (np.cumsum(n) - n).astype(np.int32), n
+            )
+            a, b = order32[first], order32[first + step]  # a < b: the stable sort kept order
+            # Survivors are <= max_distance before each word adds at most 64 bits more.
+            distance = _popcount(ranked[0][a] ^ ranked[0][b]).astype(counter, copy=False)
+            for column in ranked[1:]:
+                close = distance <= max_distance
+                a, b, distance = a[close], b[close], distance[close]
+                distance += _popcount(column[a] ^ column[b])
+            close = distance <= max_distance
             np.minimum.at(earliest, b[close], a[close])
             done = stop
     return {
         paths[later]: paths[earlier]
         for later, earlier in enumerate(earliest.tolist())
-        if earlier < len(paths)
+        if earlier < count
     }
 
 

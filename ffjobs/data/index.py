@@ -15,7 +15,7 @@ import io
 import json
 import posixpath
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -185,9 +185,20 @@ def scan(
     source: Source,
     layout: Layout = "auto",
     manifest: str | None = None,
+    listed: Callable[[FileStat], None] | None = None,
 ) -> tuple[str, list[ScanEntry]]:
-    """List a dataset under its layout: ``(resolved layout, entries)`` with problems marked."""
-    listing = list(source.list())
+    """List a dataset under its layout: ``(resolved layout, entries)`` with problems marked.
+
+    ``listed(file)`` is called for each file as the source lists it, before the layout is
+    resolved (validation starts reading files while a long listing is still running).
+    """
+    if listed is None:
+        listing = list(source.list())
+    else:
+        listing = []
+        for f in source.list():
+            listing.append(f)
+            listed(f)
     resolved = layout if layout != "auto" else detect_layout(listing, manifest)
     if resolved != "manifest":
         entries = []

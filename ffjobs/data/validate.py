@@ -7,35 +7,31 @@ re-validated without reading an image. The verdict is the policy in ``Validation
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
-import multiprocessing
-import os
-import sys
-import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ffjobs.data import checks
-from ffjobs.data.cache import FactsCache
+from ffjobs.data.cache import FactsCache, FactsSnapshot
 from ffjobs.data.config import ValidationConfig
-from ffjobs.data.index import Layout, Record, ScanEntry, dataset_fingerprint, scan
-from ffjobs.data.inspect import (
-    INSPECTOR_VERSION,
-    Facts,
-    init_worker,
-    inspect_chunk,
-    inspect_file,
+from ffjobs.data.index import (
+    MANIFEST_NAMES,
+    Layout,
+    Record,
+    ScanEntry,
+    dataset_fingerprint,
+    scan,
 )
-from ffjobs.data.sources import FileStat, Source, open_source
-
-CHUNK = 32
-"""Files per worker task: large enough to amortise inter-process traffic, small enough to balance."""
+from ffjobs.data.inspect import INSPECTOR_VERSION, Facts
+from ffjobs.data.pool import InspectionPool
+from ffjobs.data.sources import FileStat, Source, is_image_path, open_source
 
 
 @dataclass
@@ -102,56 +98,60 @@ class ValidationReport:
         }
 
 
-def _pool_context() -> multiprocessing.context.BaseContext:
-    # fork starts workers in milliseconds; it is only safe while this process has no threads.
-    if sys.platform == "linux" and threading.active_count() == 1:
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("spawn")
-
-
-def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 def inspect_files(
     source: Source,
     stats: list[FileStat],
     config: ValidationConfig,
     cache: FactsCache,
     progress: Callable[[int], None] | None = None,
+    pool: InspectionPool | None = None,
+    known: FactsSnapshot | None = None,
 ) -> tuple[dict[str, Facts], int]:
-    """Facts of every file, from the cache where unchanged; returns ``(facts, inspected)``."""
-    formats = frozenset(config.allowed_formats)
-    facts = cache.lookup(stats)
+    """Facts of every file, from the cache where unchanged; returns ``(facts, inspected)``.
+
+    ``pool`` may already be inspecting files offered while listing (their results are cached
+    too); ``known`` is the cache snapshot those offers were checked against.
+    """
+    known = known or cache.snapshot()
+    facts = known.facts(stats)
     if progress:
         progress(len(facts))
-    by_path = {s.path: s for s in stats}
-    todo = [s.path for s in stats if s.path not in facts]
-    workers = config.workers or len(os.sched_getaffinity(0))
-    if workers == 1 or len(todo) <= CHUNK:
-        results: Iterator[list[tuple[str, Facts, str | None]]] = (
-            [(p, inspect_file(source, p, config.max_pixels, formats), None) for p in chunk]
-            for chunk in _chunks(todo, CHUNK)
-        )
-        pool = None
-    else:
-        pool = _pool_context().Pool(
-            min(workers, len(todo) // CHUNK + 1), init_worker, (source, config.max_pixels, formats)
-        )
-        results = pool.imap_unordered(inspect_chunk, _chunks(todo, CHUNK))
-    try:
-        for chunk_result in results:
-            for path, file_facts, encoded in chunk_result:
-                facts[path] = file_facts
-                cache.put(by_path[path], file_facts, encoded)
+    todo = [s for s in stats if s.path not in facts]
+    with contextlib.ExitStack() as stack:
+        if pool is None:
+            pool = stack.enter_context(InspectionPool(source, config))
+        for chunk_result in pool.results(todo):
+            for stat, file_facts, encoded in chunk_result:
+                facts[stat.path] = file_facts
+                cache.put(stat, file_facts, encoded)
             if progress:
                 progress(len(chunk_result))
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
     return facts, len(todo)
+
+
+def inspected_before_layout(
+    source: Source, layout: Layout, manifest: str | None
+) -> Callable[[FileStat], bool] | None:
+    """Which files are sure to be inspected before the listing is complete (``None``: wait).
+
+    Manifest rows decide which files count, so a manifest (given, or found at the root)
+    means waiting. Without one, files in sub-folders are exactly what the identity-folders
+    layout reads, and the flat layout has none of them.
+    """
+    if layout == "manifest" or manifest:
+        return None
+    if layout == "auto":
+        for name in MANIFEST_NAMES:
+            try:
+                source.stat(name)
+            except FileNotFoundError:
+                continue
+            except Exception:  # noqa: BLE001 - any other answer: let the full listing decide
+                return None
+            return None
+    if layout == "flat":
+        return lambda f: not f.escapes_root and is_image_path(f.path)
+    return lambda f: not f.escapes_root and "/" in f.path and is_image_path(f.path)
 
 
 def cache_salt(config: ValidationConfig) -> str:
@@ -299,10 +299,8 @@ def validate_dataset(
     config = config or ValidationConfig()
     started = time.perf_counter()
     src = open_source(source, endpoint_url=endpoint_url, region=region)
-    resolved, entries = scan(src, layout, manifest)
-    listed = time.perf_counter()
-    stats = list({e.path: e.stat for e in entries if e.problem is None and e.stat}.values())
     done = 0
+    stats: list[FileStat] = []
 
     def tick(n: int) -> None:
         nonlocal done
@@ -310,7 +308,23 @@ def validate_dataset(
         if progress:
             progress(done, len(stats))
 
-    with FactsCache.open(config.cache_dir, src.uri, cache_salt(config)) as cache:
+    with (
+        FactsCache.open(config.cache_dir, src.uri, cache_salt(config)) as cache,
+        InspectionPool(src, config) as pool,
+    ):
+        # A source validated before most likely changed little: its cached report or facts
+        # answer for it, and looking anything up while listing would only slow that down. A
+        # new one is read in full, so reading starts while it is being listed.
+        early = None if cache.has_report() else inspected_before_layout(src, layout, manifest)
+        known = cache.snapshot() if early is not None else None
+
+        def listed_file(f: FileStat) -> None:
+            if early is not None and known is not None and early(f) and not known.fresh(f):
+                pool.offer(f)
+
+        resolved, entries = scan(src, layout, manifest, listed_file if early else None)
+        listed = time.perf_counter()
+        stats = list({e.path: e.stat for e in entries if e.problem is None and e.stat}.values())
         # An unchanged listing under the same policy gives the same report: skip even the
         # per-file lookups and the duplicate search.
         listing = listing_digest(resolved, entries, config)
@@ -321,7 +335,7 @@ def validate_dataset(
             checked = time.perf_counter()
             tick(len(stats))
         else:
-            facts, inspected = inspect_files(src, stats, config, cache, tick)
+            facts, inspected = inspect_files(src, stats, config, cache, tick, pool, known)
             checked = time.perf_counter()
             report = judge(src.uri, resolved, entries, facts, config)
             cache.put_report(listing, report.to_dict())

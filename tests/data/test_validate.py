@@ -141,3 +141,69 @@ def test_local_source_refuses_traversal(corrupt_dataset):
     for path in ("../x.png", "/etc/passwd", "id_0009/escape.jpg"):
         with pytest.raises(ValueError):
             source.read_bytes(path)
+
+
+@pytest.mark.parametrize("layout", ["manifest", "identity_folders"])
+def test_report_is_the_same_with_and_without_the_worker_pool(corrupt_dataset, tmp_path, layout):
+    """One worker inspects in this process after the listing; two stream the listing into a
+    pool with shrinking tail chunks. Same files, same facts, same report."""
+    reports = [
+        validate_dataset(
+            corrupt_dataset,
+            ValidationConfig(cache_dir=str(tmp_path / str(workers)), workers=workers),
+            layout=layout,
+        ).to_dict()
+        for workers in (1, 2)
+    ]
+    for report in reports:
+        report.pop("timing")
+    assert reports[0] == reports[1]
+    assert reports[0]["layout"] == layout
+
+
+def test_clean_dataset_streamed_into_the_pool_matches_one_process(
+    clean_dataset, tmp_path, monkeypatch
+):
+    from ffjobs.data import validate
+    from ffjobs.data.pool import InspectionPool
+
+    events = []
+    real_submit, real_scan = InspectionPool._submit, validate.scan
+
+    def spying_submit(pool, size):
+        events.append("submitted")
+        return real_submit(pool, size)
+
+    def spying_scan(*args, **kwargs):
+        result = real_scan(*args, **kwargs)
+        events.append("listed")
+        return result
+
+    monkeypatch.setattr(InspectionPool, "_submit", spying_submit)
+    monkeypatch.setattr(validate, "scan", spying_scan)
+    one, two = (
+        validate_dataset(
+            clean_dataset, ValidationConfig(cache_dir=str(tmp_path / str(w)), workers=w)
+        )
+        for w in (1, 2)
+    )
+    assert two.timing["inspected"] == one.timing["inspected"] == 192
+    assert events[0] == "listed"  # one worker: read in this process after the listing
+    assert events[1] == "submitted"  # two: the pool was reading before the listing ended
+    assert one.to_dict() | {"timing": None} == two.to_dict() | {"timing": None}
+
+
+def test_unchanged_dataset_starts_no_worker(clean_dataset, tmp_path, monkeypatch):
+    config = ValidationConfig(cache_dir=str(tmp_path), workers=2)
+    validate_dataset(clean_dataset, config)
+
+    def no_pool():
+        raise AssertionError("an unchanged dataset must not start workers")
+
+    monkeypatch.setattr("ffjobs.data.pool._pool_context", no_pool)
+    again = validate_dataset(clean_dataset, config)
+    assert again.timing["report_cached"]
+    policy = ValidationConfig(cache_dir=str(tmp_path), workers=2, min_images_per_identity=9)
+    rejudged = validate_dataset(clean_dataset, policy)  # new policy: facts reused, no reads
+    assert rejudged.timing["inspected"] == 0 and not rejudged.timing["report_cached"]
+    assert rejudged.checks["small_identity"]["count"] == 24
