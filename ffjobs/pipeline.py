@@ -3,6 +3,8 @@
 The same stage functions back the single-stage commands; this module only chains them, stops
 at the first stage that says no, records every stage in one MLflow run, and prints a summary.
 Training logs into that same run (``FFJOBS_MLFLOW_RUN_ID``), so a pipeline run is one MLflow run.
+The Airflow DAG runs the same stages one task each: ``start_pipeline_run`` in the first,
+``attach_pipeline_run`` in the next, ``run_stage`` in every one, ``finish_pipeline_run`` last.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +36,8 @@ class StageOutcome:
     exit_code: int = ExitCode.OK
     artifacts: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+    """What later stages or an orchestrator need: fingerprint, verdict, report and checkpoint paths."""
 
 
 @dataclass
@@ -81,6 +85,7 @@ def validate_stage(run: PipelineRun) -> StageOutcome:
         summary,
         ExitCode.OK if report.passed else ExitCode.FAILED,
         artifacts=[str(p) for p in paths.values()],
+        facts={"fingerprint": report.fingerprint, "report": str(paths["json"])},
     )
 
 
@@ -107,6 +112,7 @@ def preflight_stage(run: PipelineRun) -> StageOutcome:
         ExitCode.FAILED if verdict == "FAIL" else ExitCode.OK,
         artifacts=list(report.get("artifacts", {}).values()),
         metrics={"preflight_peak_busbw_gbps": best},
+        facts={"verdict": verdict, "report": report.get("artifacts", {}).get("json")},
     )
 
 
@@ -142,6 +148,7 @@ def train_stage(run: PipelineRun) -> StageOutcome:
         0.0,
         summary,
         ExitCode.RETRYABLE if stopped else ExitCode.OK,
+        facts={"checkpoint": result.get("last_checkpoint"), "final_step": result.get("final_step")},
     )
 
 
@@ -164,6 +171,23 @@ def run_pipeline(
     quiet_stdout: bool = False,
 ) -> PipelineRun:
     """Run ``stages`` in order; stop at the first one that fails. Every stage is recorded."""
+    run = start_pipeline_run(config, nproc=nproc, quiet_stdout=quiet_stdout)
+    status = "FINISHED"
+    try:
+        for name in stages:
+            if run_stage(run, name, echo).status == "failed":
+                status = "FAILED"
+                break
+    except BaseException:
+        status = "FAILED"
+        raise
+    finally:
+        finish_pipeline_run(run, status)
+    return run
+
+
+def start_pipeline_run(config: Config, *, nproc: int, quiet_stdout: bool = False) -> PipelineRun:
+    """Create the run directory (``runs/<name>-<stamp>``) and start the pipeline's MLflow run."""
     from ffjobs.tracking.mlflow_logger import RunLogger
 
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
@@ -173,28 +197,48 @@ def run_pipeline(
     tracker = RunLogger(config.tracking, active=True)
     tracker.start(f"pipeline-{stamp}", config.to_dict())
     tracker.set_tags({"ffjobs.stage": "pipeline", "ffjobs.run_dir": str(run_dir)})
-    run = PipelineRun(config, run_dir, nproc, tracker, quiet_stdout)
-    status = "FINISHED"
-    try:
-        for name in stages:
-            started = time.perf_counter()
-            outcome = STAGE_FUNCTIONS[name](run)
-            outcome.seconds = round(time.perf_counter() - started, 1)
-            run.outcomes.append(outcome)
-            echo(f"[{outcome.status:>7}] {name:<9} {outcome.seconds:6.1f}s  {outcome.summary}")
-            tracker.log_metrics({f"{name}_seconds": outcome.seconds, **outcome.metrics}, step=0)
-            tracker.set_tags({f"ffjobs.{name}": outcome.status})
-            tracker.log_artifacts(outcome.artifacts, f"{name}")
-            if outcome.status == "failed":
-                status = "FAILED"
-                break
-    except BaseException:
-        status = "FAILED"
-        raise
-    finally:
-        (run_dir / "summary.json").write_text(json.dumps(summary_dict(run), indent=2) + "\n")
-        tracker.finish(status)
+    return PipelineRun(config, run_dir, nproc, tracker, quiet_stdout)
+
+
+def attach_pipeline_run(
+    config: Config,
+    run_dir: str | Path,
+    mlflow_run_id: str | None,
+    *,
+    nproc: int,
+    outcomes: Iterable[Mapping[str, Any]] = (),
+    quiet_stdout: bool = False,
+) -> PipelineRun:
+    """Rebuild a run started elsewhere (an earlier Airflow task) and reopen its MLflow run."""
+    from ffjobs.tracking.mlflow_logger import RunLogger
+
+    tracker = RunLogger(config.tracking, active=True)
+    if mlflow_run_id:
+        tracker.start("pipeline", {}, run_id=mlflow_run_id)
+    else:  # tracking disabled, or it failed when the run started: stay without it
+        tracker.active = False
+    run = PipelineRun(config, Path(run_dir), nproc, tracker, quiet_stdout)
+    run.outcomes = [StageOutcome(**outcome) for outcome in outcomes]
     return run
+
+
+def run_stage(run: PipelineRun, name: str, echo: Callable[[str], None] = print) -> StageOutcome:
+    """Run one stage, time it, and record its status, metrics and artifacts in the MLflow run."""
+    started = time.perf_counter()
+    outcome = STAGE_FUNCTIONS[name](run)
+    outcome.seconds = round(time.perf_counter() - started, 1)
+    run.outcomes.append(outcome)
+    echo(f"[{outcome.status:>7}] {name:<9} {outcome.seconds:6.1f}s  {outcome.summary}")
+    run.tracker.log_metrics({f"{name}_seconds": outcome.seconds, **outcome.metrics}, step=0)
+    run.tracker.set_tags({f"ffjobs.{name}": outcome.status})
+    run.tracker.log_artifacts(outcome.artifacts, f"{name}")
+    return outcome
+
+
+def finish_pipeline_run(run: PipelineRun, status: str) -> None:
+    """Write ``summary.json`` into the run directory and end the MLflow run with ``status``."""
+    (run.run_dir / "summary.json").write_text(json.dumps(summary_dict(run), indent=2) + "\n")
+    run.tracker.finish(status)
 
 
 def summary_dict(run: PipelineRun) -> dict[str, Any]:
