@@ -1,0 +1,91 @@
+"""ffjobs pipeline, run on the worker: validate -> preflight -> train.
+
+Trigger it by hand from the UI form: pick a config preset and override a few common fields
+(empty keeps the preset's value), or add any ``key=value`` under ``overrides``. One DAG run is
+one run directory (``runs/<name>-<stamp>`` under the worker's working directory) and one
+MLflow run; see each task's XCom for the report paths, the verdict and the checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import Param, dag, task
+
+from ffjobs.airflow import tasks
+
+
+@dag(
+    dag_id="ffjobs_pipeline",
+    schedule=None,
+    catchup=False,
+    tags=["ffjobs"],
+    doc_md=__doc__,
+    params={
+        "config": Param(
+            "local",
+            type="string",
+            minLength=1,
+            title="Config preset",
+            description="Preset name in configs/ (local, train-256, ...) or a YAML path.",
+        ),
+        "train_steps": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            title="train.steps",
+            description="Optimizer steps.",
+        ),
+        "train_lr": Param(
+            None,
+            type=["null", "number"],
+            exclusiveMinimum=0,
+            title="train.lr",
+            description="Learning rate.",
+        ),
+        "data_source": Param(
+            None,
+            type=["null", "string"],
+            title="data.source",
+            description="Dataset directory or s3:// prefix.",
+        ),
+        "slurm_nodes": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            title="slurm.nodes",
+            description="Nodes of the training job.",
+        ),
+        "nproc": Param(
+            2,
+            type="integer",
+            minimum=1,
+            title="Local training ranks",
+            description="Processes the train task starts on this worker.",
+        ),
+        "overrides": Param(
+            [],
+            type="array",
+            items={"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_.]*=.*$"},
+            title="Other overrides",
+            description="key=value lines, as ffjobs --set (e.g. train.batch_size=16).",
+        ),
+    },
+)
+def ffjobs_pipeline() -> None:
+    @task(task_id="validate", multiple_outputs=True)
+    def validate(params: dict[str, Any] | None = None) -> dict[str, Any]:
+        return tasks.validate(params or {})
+
+    @task(task_id="preflight", multiple_outputs=True)
+    def preflight(state: dict[str, Any]) -> dict[str, Any]:
+        return tasks.preflight(state)
+
+    @task(task_id="train", multiple_outputs=True, retries=1)
+    def train(state: dict[str, Any]) -> dict[str, Any]:
+        return tasks.train(state)
+
+    train(preflight(validate()))
+
+
+ffjobs_pipeline()

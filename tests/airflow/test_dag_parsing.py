@@ -1,0 +1,136 @@
+"""The ``ffjobs_pipeline`` DAG parses cleanly and fast: no import errors, the Params the UI
+form shows, validate -> preflight -> train, and no torch/numpy/PIL/MLflow on the parse path.
+
+Parsing runs in a subprocess with its own AIRFLOW_HOME, so Airflow's settings and logging do
+not leak into other tests, and ``sys.modules`` shows exactly what parsing imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+PARSE = textwrap.dedent(
+    """
+    import json, sys
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=sys.argv[1])
+    heavy = sorted(m for m in ("torch", "numpy", "PIL", "mlflow") if m in sys.modules)
+    dag = bag.dags["ffjobs_pipeline"]
+
+    from ffjobs.airflow import tasks
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        tasks.config_from_params({"config": "local", "overrides": ["train.no_such_key=1"]})
+        config_error = None
+    except AirflowFailException as exc:
+        config_error = str(exc)
+    print(json.dumps({
+        "import_errors": {str(k): str(v) for k, v in bag.import_errors.items()},
+        "dag_ids": sorted(bag.dags),
+        "schedule": str(dag.schedule),
+        "tasks": [t.task_id for t in dag.topological_sort()],
+        "downstream": {t: sorted(dag.get_task(t).downstream_task_ids) for t in dag.task_ids},
+        "params": {k: {"default": v.value, "schema": v.schema} for k, v in dag.params.items()},
+        "heavy_imports": heavy,
+        "param_overrides": tasks.PARAM_OVERRIDES,
+        "sets": tasks.overrides_from_params({
+            "config": "local", "train_steps": 7, "train_lr": 0.0003, "data_source": "s3://b/p",
+            "slurm_nodes": None, "nproc": 2, "overrides": ["train.batch_size=16"],
+        }),
+        "config": tasks.config_from_params({
+            "train_steps": 7, "data_source": "s3://b/p", "overrides": ["train.batch_size=16"],
+        }).to_dict(),
+        "config_error": config_error,
+    }))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    home = tmp_path_factory.mktemp("airflow-home")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", PARSE, str(REPO / "dags")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_dag_folder_parses_without_errors(parsed):
+    assert parsed["import_errors"] == {}
+    assert parsed["dag_ids"] == ["ffjobs_pipeline"]
+    assert parsed["schedule"] == "None"
+
+
+def test_tasks_run_validate_then_preflight_then_train(parsed):
+    assert parsed["tasks"] == ["validate", "preflight", "train"]
+    assert parsed["downstream"] == {"validate": ["preflight"], "preflight": ["train"], "train": []}
+
+
+def test_parsing_imports_no_torch_numpy_pil_or_mlflow(parsed):
+    assert parsed["heavy_imports"] == []
+
+
+def test_params_are_typed_with_defaults_for_the_trigger_form(parsed):
+    params = parsed["params"]
+    assert params["config"]["default"] == "local"
+    assert params["config"]["schema"]["type"] == "string"
+    assert params["train_steps"]["schema"] == {
+        **params["train_steps"]["schema"],
+        "type": ["null", "integer"],
+        "minimum": 1,
+    }
+    assert params["train_lr"]["schema"]["type"] == ["null", "number"]
+    assert params["train_lr"]["schema"]["exclusiveMinimum"] == 0
+    assert params["data_source"]["schema"]["type"] == ["null", "string"]
+    assert params["slurm_nodes"]["schema"]["minimum"] == 1
+    assert params["overrides"]["default"] == []
+    assert params["overrides"]["schema"]["items"]["type"] == "string"
+    # empty typed overrides keep the preset's value
+    assert all(params[name]["default"] is None for name in parsed["param_overrides"])
+
+
+def test_every_typed_param_maps_to_a_config_key(parsed):
+    typed = set(parsed["params"]) - {"config", "nproc", "overrides"}
+    assert typed == set(parsed["param_overrides"])
+
+
+def test_params_become_set_strings_and_a_config(parsed):
+    assert parsed["sets"] == [
+        "train.steps=7",
+        "train.lr=0.0003",
+        'data.source="s3://b/p"',
+        "train.batch_size=16",
+    ]
+    config = parsed["config"]
+    assert config["train"]["steps"] == 7
+    assert config["train"]["batch_size"] == 16
+    assert config["data"]["source"] == "s3://b/p"
+    assert config["name"] == "local"
+
+
+def test_a_config_mistake_fails_the_task_naming_the_key(parsed):
+    assert parsed["config_error"].startswith("config: ")
+    assert "train.no_such_key" in parsed["config_error"]

@@ -1,0 +1,153 @@
+"""``dag.test()`` runs the ``ffjobs_pipeline`` DAG end to end against a real Airflow metadata
+database (SQLite, migrated once per session): three tasks, one run directory, one MLflow run
+with every stage's tag; a dataset that fails validation fails the validate task and nothing
+after it runs. Each DAG run happens in a subprocess so Airflow's settings stay out of pytest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TINY = [
+    "train.checkpoint_every=2",
+    "train.log_every=2",
+    "train.batch_size=4",
+    "model.identity_weights=null",
+    "data.synth.identities=6",
+    "data.synth.per_identity=4",
+]
+
+DAG_TEST = textwrap.dedent(
+    """
+    import json, sys
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    dag = DagBag(dag_folder=sys.argv[1]).dags["ffjobs_pipeline"]
+    dag_run = dag.test(run_conf=json.loads(sys.argv[2]))
+    with create_session() as session:
+        rows = session.query(XComModel).filter(
+            XComModel.dag_id == dag.dag_id, XComModel.run_id == dag_run.run_id
+        )
+        xcom = {f"{row.task_id}.{row.key}": row.value for row in rows if row.key != "config"}
+    states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    print("RESULT " + json.dumps({"state": dag_run.state, "tasks": states, "xcom": xcom}))
+    """
+)
+
+
+@pytest.fixture(scope="session")
+def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A fresh AIRFLOW_HOME with a migrated SQLite metadata database."""
+    home = tmp_path_factory.mktemp("airflow-home")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    }
+    airflow = Path(sys.executable).parent / "airflow"
+    migrate = subprocess.run(
+        [str(airflow), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert migrate.returncode == 0, migrate.stdout[-2000:] + migrate.stderr[-2000:]
+    return env
+
+
+def dag_test(env: dict[str, str], cwd: Path, conf: dict) -> tuple[dict, str]:
+    """Run the DAG once with ``conf`` in ``cwd``; return its states and XComs, and the log."""
+    result = subprocess.run(
+        [sys.executable, "-c", DAG_TEST, str(REPO / "dags"), json.dumps(conf)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    line = next(x for x in result.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line.removeprefix("RESULT ")), log
+
+
+def mlflow_client(tmp_path: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def test_dag_runs_every_stage_into_one_mlflow_run(airflow_env, tmp_path):
+    conf = {
+        "train_steps": 4,
+        "overrides": [*TINY, f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"],
+    }
+    result, log = dag_test(airflow_env, tmp_path, conf)
+    assert result["state"] == "success", log[-4000:]
+    assert result["tasks"] == {"validate": "success", "preflight": "success", "train": "success"}
+
+    xcom = result["xcom"]
+    run_dir = tmp_path / xcom["validate.run_dir"]
+    # one run directory and one MLflow run handed from task to task
+    assert xcom["preflight.run_dir"] == xcom["train.run_dir"] == xcom["validate.run_dir"]
+    run_id = xcom["validate.mlflow_run_id"]
+    assert xcom["preflight.mlflow_run_id"] == xcom["train.mlflow_run_id"] == run_id
+    report = json.loads((tmp_path / xcom["validate.validation_report"]).read_text())
+    assert xcom["validate.validation_fingerprint"] == report["fingerprint"]
+    assert xcom["preflight.preflight_verdict"] == "PASS"
+    assert (tmp_path / xcom["preflight.preflight_report"]).is_file()
+    assert xcom["train.final_step"] == 4
+    assert (tmp_path / xcom["train.checkpoint"]).is_file()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [s["name"] for s in summary["stages"]] == ["validate", "preflight", "train"]
+
+    client = mlflow_client(tmp_path)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    tags = run.data.tags
+    assert [tags[f"ffjobs.{s}"] for s in ("validate", "preflight", "train")] == ["passed"] * 3
+    assert run.data.params["train.steps"] == "4"
+    assert {"validate_seconds", "preflight_seconds", "train_seconds"} <= set(run.data.metrics)
+    assert "images_per_s" in run.data.metrics  # training logged into the pipeline's run
+    experiment = client.get_experiment_by_name("ffjobs")
+    assert len(client.search_runs([experiment.experiment_id])) == 1
+
+
+def test_failed_validation_fails_the_task_and_never_trains(airflow_env, tmp_path):
+    from ffjobs.data.synth import generate_dataset
+
+    dataset = generate_dataset(tmp_path / "bad", identities=12, per_identity=3, corrupt=True)
+    conf = {
+        "train_steps": 4,
+        "data_source": str(dataset),
+        "overrides": [
+            *TINY,
+            "data.validation.max_bad_fraction=0",
+            f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        ],
+    }
+    result, log = dag_test(airflow_env, tmp_path, conf)
+    assert result["state"] == "failed"
+    assert result["tasks"]["validate"] == "failed"
+    assert result["tasks"]["preflight"] == result["tasks"]["train"] == "upstream_failed"
+    assert "validate failed: " in log  # the stage's one-line reason is the task's error
+    assert not (tmp_path / "runs" / "checkpoints").exists()
+
+    client = mlflow_client(tmp_path)
+    experiment = client.get_experiment_by_name("ffjobs")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FAILED"
+    assert run.data.tags["ffjobs.validate"] == "failed"
+    assert "ffjobs.train" not in run.data.tags
