@@ -157,7 +157,9 @@ class S3Source:
 
     Credentials, region and endpoint come from the usual AWS environment and profile
     (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_PROFILE``...) unless given explicitly.
-    The client is created lazily per process, so a source can be pickled into workers.
+    The client is created lazily per process, so a source can be pickled into workers, and a
+    forked worker never reuses the parent's client (boto3 clients and their pooled
+    connections are not safe to share across processes).
     """
 
     def __init__(self, uri: str, endpoint_url: str | None = None, region: str | None = None):
@@ -170,18 +172,20 @@ class S3Source:
         self.endpoint_url = endpoint_url
         self.region = region
         self._client: Any = None
+        self._client_pid: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_client": None}
+        return {**self.__dict__, "_client": None, "_client_pid": None}
 
     @property
     def client(self) -> Any:
-        if self._client is None:
+        if self._client is None or self._client_pid != os.getpid():
             import boto3  # lazily: ffjobs imports without boto3
 
             self._client = boto3.session.Session().client(
                 "s3", endpoint_url=self.endpoint_url, region_name=self.region
             )
+            self._client_pid = os.getpid()
         return self._client
 
     def _errors(self) -> tuple[type[BaseException], ...]:

@@ -46,3 +46,33 @@ def test_clean_dataset_on_s3_validates_and_loads(s3_endpoint, s3_env, clean_data
     assert local.fingerprint == report.fingerprint  # same content, same version name
     item = FacePairDataset(index, 32, 0.5, seed=0)[0]
     assert item["target"].shape == (3, 32, 32)
+
+
+def test_forked_worker_builds_its_own_client(s3_env):
+    """A forked validation worker must not reuse the parent's boto3 client (shared sockets).
+
+    The source reaches the worker as the pool initializer's argument, inherited through fork
+    (not pickled), exactly as validation hands it over.
+    """
+    import multiprocessing
+
+    from ffjobs.data.sources import S3Source
+
+    source = S3Source("s3://bucket/prefix")
+    parent_client = source.client
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1, _keep_source, (source,)) as pool:
+        reused = pool.apply(_worker_reuses_client, (id(parent_client),))
+    assert reused is False
+    assert source.client is parent_client  # the parent keeps its own
+
+
+_inherited: dict = {}
+
+
+def _keep_source(source) -> None:
+    _inherited["source"] = source
+
+
+def _worker_reuses_client(parent_client_id: int) -> bool:
+    return id(_inherited["source"].client) == parent_client_id
