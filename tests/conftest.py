@@ -1,4 +1,5 @@
-"""Fixtures shared across components: a real S3-compatible server on loopback."""
+"""Fixtures shared across components: every test in its own working directory, and a real
+S3-compatible server on loopback."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ from pathlib import Path
 import pytest
 
 from ffjobs.local_ranks import free_loopback_port
+
+
+@pytest.fixture(autouse=True)
+def _own_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relative defaults (runs/data, runs/models, runs/checkpoints) land in the test's temp dir,
+    never in the checkout: a stale file there would change what the next run does."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture(scope="session")

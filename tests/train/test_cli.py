@@ -8,7 +8,7 @@ import pytest
 
 from ffjobs.cli import main
 
-from .helpers import TINY_MODEL
+from .helpers import TINY_MODEL, tiny_identity_weights
 
 
 def _tiny_args(tmp_path):
@@ -20,6 +20,7 @@ def _tiny_args(tmp_path):
         "train.log_every=2",
         "train.checkpoint_every=2",
         f"train.checkpoint_dir={tmp_path / 'ckpt'}",
+        f"model.identity_weights={tiny_identity_weights()}",
         "tracking.enabled=false",
     ]:
         args += ["--set", override]
