@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from ffjobs.cli import print_json
+from ffjobs.local_ranks import free_loopback_port
 
 
 def _rank_main(
@@ -110,9 +112,7 @@ def run_reference(
     import torch.multiprocessing as mp
 
     world = nproc or (torch.cuda.device_count() if torch.cuda.is_available() else 2)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_loopback_port()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         started = time.perf_counter()
@@ -148,8 +148,7 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError("--sizes must be > 0, --iters >= 1 and --warmup >= 0")
     result = run_reference(sizes, args.nproc, args.warmup, args.iters)
     if args.json:
-        json.dump(result, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print_json(result)
     else:
         for row in result["results"]:
             print(

@@ -144,22 +144,19 @@ class Trainer:
         self.d_module: nn.Module = discriminator
 
         fused = tc.fused_adam and device.type == "cuda"
-        self.opt_g = torch.optim.Adam(
-            generator.parameters(),
-            lr=tc.lr,
-            betas=tuple(tc.betas),
-            weight_decay=tc.weight_decay,
-            eps=tc.adam_eps,
-            fused=fused or None,
-        )
-        self.opt_d = torch.optim.Adam(
-            discriminator.parameters(),
-            lr=tc.lr_discriminator,
-            betas=tuple(tc.betas),
-            weight_decay=tc.weight_decay,
-            eps=tc.adam_eps,
-            fused=fused or None,
-        )
+
+        def adam(module: nn.Module, lr: float) -> torch.optim.Adam:
+            return torch.optim.Adam(
+                module.parameters(),
+                lr=lr,
+                betas=tuple(tc.betas),
+                weight_decay=tc.weight_decay,
+                eps=tc.adam_eps,
+                fused=fused or None,
+            )
+
+        self.opt_g = adam(generator, tc.lr)
+        self.opt_d = adam(discriminator, tc.lr_discriminator)
         factor = lr_lambda(tc.lr_schedule, tc.warmup_steps, tc.steps, tc.min_lr_ratio)
         self.sched_g = torch.optim.lr_scheduler.LambdaLR(self.opt_g, factor)
         self.sched_d = torch.optim.lr_scheduler.LambdaLR(self.opt_d, factor)
