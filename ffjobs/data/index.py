@@ -15,10 +15,10 @@ import io
 import json
 import posixpath
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from ffjobs.data.sources import (
     FileStat,
@@ -49,8 +49,7 @@ class ManifestError(UserError):
     """A manifest row is malformed."""
 
 
-@dataclass(frozen=True)
-class ScanEntry:
+class ScanEntry(NamedTuple):
     """One dataset file as the layout sees it; ``problem`` set when it must not be read."""
 
     path: str
@@ -102,11 +101,12 @@ class DatasetIndex(Sequence[Record]):
 
 def dataset_fingerprint(records: Iterable[Record]) -> str:
     """Hash of the manifest content (paths, identities, splits, sizes, content hashes), 16 hex."""
-    digest = hashlib.sha256()
-    for r in sorted(records, key=lambda r: r.path):
-        digest.update(json.dumps([r.path, r.identity, r.split, r.size, r.sha256]).encode())
-        digest.update(b"\n")
-    return digest.hexdigest()[:16]
+    encode = json.JSONEncoder().encode
+    rows = "".join(
+        encode([r.path, r.identity, r.split, r.size, r.sha256]) + "\n"
+        for r in sorted(records, key=lambda r: r.path)
+    )
+    return hashlib.sha256(rows.encode()).hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------- scanning
@@ -182,44 +182,45 @@ def _split(value: str | None, name: str, line: int) -> str | None:
 
 
 def scan(
-    source: Source,
-    layout: Layout = "auto",
-    manifest: str | None = None,
-    listed: Callable[[FileStat], None] | None = None,
+    source: Source, layout: Layout = "auto", manifest: str | None = None
 ) -> tuple[str, list[ScanEntry]]:
-    """List a dataset under its layout: ``(resolved layout, entries)`` with problems marked.
+    """List a dataset under its layout: ``(resolved layout, entries)`` with problems marked."""
+    return layout_entries(source, list(source.list()), layout, manifest)
 
-    ``listed(file)`` is called for each file as the source lists it, before the layout is
-    resolved (validation starts reading files while a long listing is still running).
+
+def manifest_version(source: Source, manifest: str | None) -> str:
+    """Content hash of an explicitly given manifest ("" without one).
+
+    A manifest inside the dataset is in its listing already (size and version); one given by
+    a local absolute path is not, so what a cached report depends on includes its content.
     """
-    if listed is None:
-        listing = list(source.list())
-    else:
-        listing = []
-        for f in source.list():
-            listing.append(f)
-            listed(f)
+    if manifest is None:
+        return ""
+    return hashlib.sha256(_read_manifest_text(source, manifest).encode()).hexdigest()
+
+
+def layout_entries(
+    source: Source, listing: Sequence[FileStat], layout: Layout, manifest: str | None
+) -> tuple[str, list[ScanEntry]]:
+    """A listing seen through its layout: ``(resolved layout, entries)`` with problems marked."""
     resolved = layout if layout != "auto" else detect_layout(listing, manifest)
     if resolved != "manifest":
+        folders = resolved == "identity_folders"
         entries = []
         for f in listing:
-            if not is_image_path(f.path):
+            path = f.path
+            if not is_image_path(path):
                 continue
-            if resolved == "identity_folders":
-                if "/" not in f.path:
+            if folders:
+                identity, slash, _ = path.partition("/")
+                if not slash:
                     continue  # files beside the identity folders (READMEs, previews)
-                identity = f.path.split("/", 1)[0]
             else:
-                identity = posixpath.splitext(f.path)[0]
-            entries.append(
-                ScanEntry(
-                    f.path,
-                    identity,
-                    None,
-                    None if f.escapes_root else f,
-                    "path_escape" if f.escapes_root else None,
-                )
-            )
+                identity = posixpath.splitext(path)[0]
+            if f.escapes_root:
+                entries.append(ScanEntry(path, identity, None, None, "path_escape"))
+            else:
+                entries.append(ScanEntry(path, identity, None, f))
         return resolved, entries
     name = _manifest_name(listing, manifest)
     by_path = {f.path: f for f in listing}

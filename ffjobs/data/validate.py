@@ -27,7 +27,8 @@ from ffjobs.data.index import (
     Record,
     ScanEntry,
     dataset_fingerprint,
-    scan,
+    layout_entries,
+    manifest_version,
 )
 from ffjobs.data.inspect import INSPECTOR_VERSION, Facts
 from ffjobs.data.pool import InspectionPool
@@ -160,19 +161,20 @@ def cache_salt(config: ValidationConfig) -> str:
     return f"{INSPECTOR_VERSION}:{config.max_pixels}:{formats}"
 
 
-def listing_digest(layout: str, entries: list[ScanEntry], config: ValidationConfig) -> str:
-    """Digest of everything a report depends on: policy, layout and every file's version."""
+def listing_digest(
+    layout: str, manifest: str, listing: list[FileStat], config: ValidationConfig
+) -> str:
+    """Digest of everything a report depends on: policy, layout, manifest and every file's
+    version. Taken over the raw listing, so an unchanged dataset skips even its layout."""
     digest = hashlib.sha256(
         json.dumps(
-            [INSPECTOR_VERSION, layout, dataclasses.asdict(config)], sort_keys=True, default=str
+            [INSPECTOR_VERSION, layout, manifest, dataclasses.asdict(config)],
+            sort_keys=True,
+            default=str,
         ).encode()
     )
     digest.update(
-        "\n".join(
-            f"{e.path}\t{e.identity}\t{e.split}\t{e.problem}\t"
-            f"{e.stat.size if e.stat else ''}\t{e.stat.version if e.stat else ''}"
-            for e in entries
-        ).encode()
+        "\n".join(f"{f.path}\t{f.size}\t{f.version}\t{f.escapes_root:d}" for f in listing).encode()
     )
     return digest.hexdigest()
 
@@ -299,14 +301,13 @@ def validate_dataset(
     config = config or ValidationConfig()
     started = time.perf_counter()
     src = open_source(source, endpoint_url=endpoint_url, region=region)
-    done = 0
-    stats: list[FileStat] = []
+    done = total = 0
 
     def tick(n: int) -> None:
         nonlocal done
         done += n
         if progress:
-            progress(done, len(stats))
+            progress(done, total)
 
     with (
         FactsCache.open(config.cache_dir, src.uri, cache_salt(config)) as cache,
@@ -318,27 +319,30 @@ def validate_dataset(
         early = None if cache.has_report() else inspected_before_layout(src, layout, manifest)
         known = cache.snapshot() if early is not None else None
 
-        def listed_file(f: FileStat) -> None:
+        listing = []
+        for f in src.list():
+            listing.append(f)
             if early is not None and known is not None and early(f) and not known.fresh(f):
                 pool.offer(f)
-
-        resolved, entries = scan(src, layout, manifest, listed_file if early else None)
         listed = time.perf_counter()
-        stats = list({e.path: e.stat for e in entries if e.problem is None and e.stat}.values())
         # An unchanged listing under the same policy gives the same report: skip even the
-        # per-file lookups and the duplicate search.
-        listing = listing_digest(resolved, entries, config)
-        cached = cache.report_for(listing)
+        # layout, the per-file lookups and the duplicate search.
+        digest = listing_digest(layout, manifest_version(src, manifest), listing, config)
+        cached = cache.report_for(digest)
         if cached is not None:
             report = ValidationReport.from_dict(cached)
             inspected = 0
             checked = time.perf_counter()
-            tick(len(stats))
+            total = report.files
+            tick(total)
         else:
+            resolved, entries = layout_entries(src, listing, layout, manifest)
+            stats = list({e.path: e.stat for e in entries if e.problem is None and e.stat}.values())
+            total = len(stats)
             facts, inspected = inspect_files(src, stats, config, cache, tick, pool, known)
             checked = time.perf_counter()
             report = judge(src.uri, resolved, entries, facts, config)
-            cache.put_report(listing, report.to_dict())
+            cache.put_report(digest, report.to_dict())
     finished = time.perf_counter()
     report.timing = {
         "list_s": round(listed - started, 4),
@@ -346,7 +350,7 @@ def validate_dataset(
         "judge_s": round(finished - checked, 4),
         "total_s": round(finished - started, 4),
         "inspected": inspected,
-        "cached": len(stats) - inspected,
+        "cached": total - inspected,
         "report_cached": cached is not None,
     }
     return report

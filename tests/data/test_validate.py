@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import io
 import json
+import multiprocessing as mp
 import os
 import shutil
 from pathlib import Path
@@ -168,19 +169,18 @@ def test_clean_dataset_streamed_into_the_pool_matches_one_process(
     from ffjobs.data.pool import InspectionPool
 
     events = []
-    real_submit, real_scan = InspectionPool._submit, validate.scan
+    real_submit, real_layout = InspectionPool._submit, validate.layout_entries
 
-    def spying_submit(pool, size):
+    def spying_submit(*args):
         events.append("submitted")
-        return real_submit(pool, size)
+        return real_submit(*args)
 
-    def spying_scan(*args, **kwargs):
-        result = real_scan(*args, **kwargs)
+    def spying_layout(*args, **kwargs):
         events.append("listed")
-        return result
+        return real_layout(*args, **kwargs)
 
     monkeypatch.setattr(InspectionPool, "_submit", spying_submit)
-    monkeypatch.setattr(validate, "scan", spying_scan)
+    monkeypatch.setattr(validate, "layout_entries", spying_layout)
     one, two = (
         validate_dataset(
             clean_dataset, ValidationConfig(cache_dir=str(tmp_path / str(w)), workers=w)
@@ -207,3 +207,19 @@ def test_unchanged_dataset_starts_no_worker(clean_dataset, tmp_path, monkeypatch
     rejudged = validate_dataset(clean_dataset, policy)  # new policy: facts reused, no reads
     assert rejudged.timing["inspected"] == 0 and not rejudged.timing["report_cached"]
     assert rejudged.checks["small_identity"]["count"] == 24
+
+
+def _die(paths):
+    os._exit(3)
+
+
+def test_a_worker_that_dies_is_reported_not_waited_for(clean_dataset, tmp_path, monkeypatch):
+    from ffjobs.data.pool import WorkerDied
+
+    monkeypatch.setattr("ffjobs.data.pool._pool_context", lambda: mp.get_context("fork"))
+    monkeypatch.setattr("ffjobs.data.pool.inspect_chunk", _die)
+    config = ValidationConfig(cache_dir=str(tmp_path), workers=2)
+    with pytest.raises(
+        WorkerDied, match=r"exit code 3\) while inspecting one of \d+ files, id_\d+/"
+    ):
+        validate_dataset(clean_dataset, config)
