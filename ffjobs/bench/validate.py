@@ -6,8 +6,10 @@ every measurement alike), it times:
 * raw decode: one process, ``PIL.Image.open(path).load()`` over every file;
 * parallel raw decode: the same loop split over one process per worker: what the cores
   deliver right now, the "2-core decode limit" the first pass is held against;
-* first pass: ``validate_dataset`` with an empty cache (every file read, hashed, fully
-  decoded and perceptually hashed, on every core);
+* first pass: ``validate_dataset`` with an empty cache, on every core: every file read and
+  content-hashed, every JPEG's entropy-coded data decoded in full (libjpeg-turbo, DCT-scaled
+  to its 8x8 block means: the IDCT of the full-size image is the one thing skipped, and it
+  cannot fail), perceptual hashes, duplicate search and the report;
 * re-validation: the same dataset again with the cache from the first pass;
 * one changed file: re-validation after rewriting one image (only it is inspected).
 
@@ -168,7 +170,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--identities", type=int, default=250)
     parser.add_argument("--per-identity", type=int, default=12)
     parser.add_argument("--size", type=int, default=256, help="image side in pixels")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--workers", type=int, default=0, help="0: one per usable core")
     parser.add_argument("--workdir", help="keep the dataset here (default: a temp dir, removed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")

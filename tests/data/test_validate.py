@@ -223,3 +223,23 @@ def test_a_worker_that_dies_is_reported_not_waited_for(clean_dataset, tmp_path, 
         WorkerDied, match=r"exit code 3\) while inspecting one of \d+ files, id_\d+/"
     ):
         validate_dataset(clean_dataset, config)
+
+
+def test_a_changed_manifest_outside_the_root_is_not_answered_from_the_cached_report(
+    clean_dataset, tmp_path
+):
+    manifest = tmp_path / "elsewhere" / "faces.jsonl"
+    manifest.parent.mkdir()
+    rows = [
+        {"path": p.relative_to(clean_dataset).as_posix(), "identity": p.parent.name}
+        for p in sorted(clean_dataset.glob("*/*.jpg"))
+    ]
+    manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = ValidationConfig(cache_dir=str(tmp_path / "cache"))
+    first = validate_dataset(clean_dataset, config, manifest=str(manifest))
+    assert first.passed and first.files == 192
+    assert validate_dataset(clean_dataset, config, manifest=str(manifest)).timing["report_cached"]
+    manifest.write_text("".join(json.dumps(row) + "\n" for row in rows[:100]))
+    fewer = validate_dataset(clean_dataset, config, manifest=str(manifest))
+    assert not fewer.timing["report_cached"] and fewer.files == 100
+    assert fewer.fingerprint != first.fingerprint
