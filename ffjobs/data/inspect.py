@@ -7,10 +7,12 @@ cached and re-judged under a different policy without re-reading the file.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -146,19 +148,44 @@ def inspect_bytes(data: bytes, max_pixels: int, allowed_formats: frozenset[str])
     return facts
 
 
-def inspect_file(
-    source: Source, path: str, max_pixels: int, allowed_formats: frozenset[str]
-) -> Facts:
-    """Read one file through its source and inspect it; read failures become facts too."""
+def read_for_inspection(source: Source, path: str) -> bytes | Facts:
+    """The file's bytes, or the facts of why it cannot be read."""
     try:
-        data = source.read_bytes(path)
+        return source.read_bytes(path)
     except PathEscapeError as exc:
         return {"error": "path_escape", "detail": str(exc)[:200]}
     except FileNotFoundError:
         return {"error": "missing_file"}
     except OSError as exc:
         return {"error": "cannot_open", "detail": f"read failed: {exc}"[:200]}
-    return inspect_bytes(data, max_pixels, allowed_formats)
+
+
+def inspect_paths(
+    source: Source, paths: list[str], max_pixels: int, allowed_formats: frozenset[str]
+) -> list[tuple[str, Facts]]:
+    """Read and inspect ``paths`` in order; read failures become facts too.
+
+    An object store answers each GET after a round trip, so a remote source's reads run on
+    ``source.read_threads`` threads, that many requests in flight while this process decodes
+    what has arrived. The threads live for one call: a process that forks workers later
+    must have none.
+    """
+    threads = min(source.read_threads, len(paths))
+    if threads <= 1:
+        return [
+            (path, _inspect(read_for_inspection(source, path), max_pixels, allowed_formats))
+            for path in paths
+        ]
+    with ThreadPoolExecutor(threads, thread_name_prefix="ffjobs-read") as reader:
+        reads = reader.map(functools.partial(read_for_inspection, source), paths)
+        return [
+            (path, _inspect(data, max_pixels, allowed_formats))
+            for path, data in zip(paths, reads, strict=True)
+        ]
+
+
+def _inspect(data: bytes | Facts, max_pixels: int, allowed_formats: frozenset[str]) -> Facts:
+    return data if isinstance(data, dict) else inspect_bytes(data, max_pixels, allowed_formats)
 
 
 # --------------------------------------------------------------------------- worker processes
@@ -167,7 +194,7 @@ _worker: dict[str, Any] = {}
 
 
 def init_worker(source: Source, max_pixels: int, allowed_formats: frozenset[str]) -> None:
-    """Process-pool initializer: the source and limits travel once per worker, not per file."""
+    """Worker set-up: the source and limits travel once per worker, not per file."""
     _worker.update(source=source, max_pixels=max_pixels, allowed_formats=allowed_formats)
 
 
@@ -178,8 +205,7 @@ def inspect_chunk(paths: list[str]) -> list[tuple[str, Facts, str]]:
     cores with the workers, so whatever it does per file slows the whole pool.
     """
     source, limit, formats = _worker["source"], _worker["max_pixels"], _worker["allowed_formats"]
-    results = []
-    for path in paths:
-        facts = inspect_file(source, path, limit, formats)
-        results.append((path, facts, json.dumps(facts)))
-    return results
+    return [
+        (path, facts, json.dumps(facts))
+        for path, facts in inspect_paths(source, paths, limit, formats)
+    ]

@@ -24,7 +24,7 @@ from multiprocessing.process import BaseProcess
 from types import TracebackType
 
 from ffjobs.data.config import ValidationConfig
-from ffjobs.data.inspect import Facts, init_worker, inspect_chunk, inspect_file
+from ffjobs.data.inspect import Facts, init_worker, inspect_chunk, inspect_paths
 from ffjobs.data.sources import FileStat, Source
 
 CHUNK = 32
@@ -119,14 +119,8 @@ class InspectionPool:
             while self._pending:
                 chunk = self._pending[:CHUNK]
                 del self._pending[:CHUNK]
-                yield [
-                    (
-                        self._stats[p],
-                        inspect_file(self._source, p, self._max_pixels, self._formats),
-                        None,
-                    )
-                    for p in chunk
-                ]
+                inspected = inspect_paths(self._source, chunk, self._max_pixels, self._formats)
+                yield [(self._stats[path], facts, None) for path, facts in inspected]
             return
         while True:
             self._dispatch(tail=True)

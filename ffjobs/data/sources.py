@@ -48,6 +48,9 @@ class Source(Protocol):
     """A dataset root that can list, stat and read files by relative path."""
 
     uri: str
+    read_threads: int
+    """Reads worth keeping in flight at once per worker: 1 for local disks, more for a remote
+    store where each read waits a round trip."""
 
     def list(self) -> Iterator[FileStat]:
         """Every file under the root, recursively, in a stable order; symlinks that leave the
@@ -75,6 +78,8 @@ def normalize_relative(path: str) -> str:
 
 class LocalSource:
     """A dataset in a local (or network-mounted) directory."""
+
+    read_threads = 1
 
     def __init__(self, root: str | Path):
         self.root = Path(root).resolve()
@@ -172,6 +177,8 @@ class S3Source:
     connections are not safe to share across processes).
     """
 
+    read_threads = 8
+
     def __init__(self, uri: str, endpoint_url: str | None = None, region: str | None = None):
         bucket, _, prefix = uri[len("s3://") :].partition("/")
         if not bucket:
@@ -191,9 +198,13 @@ class S3Source:
     def client(self) -> Any:
         if self._client is None or self._client_pid != os.getpid():
             import boto3  # lazily: ffjobs imports without boto3
+            from botocore.config import Config
 
             self._client = boto3.session.Session().client(
-                "s3", endpoint_url=self.endpoint_url, region_name=self.region
+                "s3",
+                endpoint_url=self.endpoint_url,
+                region_name=self.region,
+                config=Config(max_pool_connections=self.read_threads),
             )
             self._client_pid = os.getpid()
         return self._client

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import simplejpeg
 from PIL import Image
 
 from ffjobs.data import inspect
-from ffjobs.data.inspect import inspect_bytes
+from ffjobs.data.inspect import inspect_bytes, inspect_paths
 from ffjobs.data.synth import Identity, Variation, render_face
 
 FORMATS = frozenset({"JPEG", "PNG"})
@@ -114,3 +115,33 @@ def test_a_png_and_a_jpeg_of_one_face_are_near_duplicates_and_other_faces_are_no
     others = [inspect_bytes(encode(face(s), "PNG"), LIMIT, FORMATS)["dhash"] for s in (7, 8, 9)]
     assert hamming(as_jpeg, as_png) <= 12  # the default near_duplicate_distance
     assert min(hamming(as_png, other) for other in others) > 12
+
+
+class SlowStore:
+    """A source whose every read waits a round trip, like an object store."""
+
+    uri = "slow://store/"
+    read_threads = 16
+
+    def __init__(self, files: dict[str, bytes], latency: float):
+        self.files, self.latency = files, latency
+
+    def read_bytes(self, path: str) -> bytes:
+        time.sleep(self.latency)
+        if path not in self.files:
+            raise FileNotFoundError(path)
+        return self.files[path]
+
+
+def test_a_remote_source_keeps_its_reads_in_flight_and_results_in_order():
+    good = encode(face(10, 64), "JPEG", quality=90)
+    files = {f"id/{i:02d}.jpg": good for i in range(32)}
+    files["id/05.jpg"] = good[: len(good) // 2]
+    paths = sorted(files) + ["id/missing.jpg"]
+    started = time.perf_counter()
+    results = inspect_paths(SlowStore(files, latency=0.05), paths, LIMIT, FORMATS)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 0.5  # 33 reads of 50 ms one after another would take 1.65 s
+    assert [path for path, _ in results] == paths
+    errors = {path: facts.get("error") for path, facts in results if facts.get("error")}
+    assert errors == {"id/05.jpg": "truncated", "id/missing.jpg": "missing_file"}
