@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
-import json
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -37,9 +36,9 @@ thousands of aligned faces apart; 256 bits keep re-encoded copies closer than di
 def difference_hash(image: Image.Image) -> str:
     """256-bit dHash as 64 hex digits: signs of horizontal gradients on a 17x16 gray thumbnail.
 
-    A large image is first sampled on a 68x64 point grid instead of averaging every pixel: it
-    has just been decoded, and averaging all of it again would cost a third of the decode. A
-    JPEG arrives already reduced to its 8x8 block means (see :data:`JPEG_DRAFT_SIZE`).
+    A large image is first box-reduced by a whole factor to about 32 px (``Image.reduce``, in
+    C), the block means a JPEG's DCT-scaled decode arrives as (see :data:`JPEG_DRAFT_SIZE`),
+    so every format hashes alike.
     """
     factor = min(image.width // 32, image.height // 32)
     if factor > 1:
@@ -50,6 +49,14 @@ def difference_hash(image: Image.Image) -> str:
     # frombuffer, not asarray: PIL's array interface costs more than the whole comparison.
     pixels = np.frombuffer(small, dtype=np.uint8).reshape(16, 17)
     return np.packbits(pixels[:, 1:] > pixels[:, :-1]).tobytes().hex()
+
+
+def too_many_pixels(width: int, height: int, max_pixels: int) -> Facts | None:
+    """The decompression-bomb facts of a header over the pixel limit, else ``None``."""
+    if width * height <= max_pixels:
+        return None
+    detail = f"{width}x{height} = {width * height} pixels > {max_pixels}"
+    return {"error": "decompression_bomb", "detail": detail}
 
 
 JPEG_DRAFT_SIZE = (32, 32)
@@ -79,9 +86,8 @@ def inspect_jpeg(data: bytes, max_pixels: int) -> Facts | None:
     if mode is None:
         return None
     facts: Facts = {"format": "JPEG", "width": width, "height": height, "mode": mode}
-    if width * height > max_pixels:
-        detail = f"{width}x{height} = {width * height} pixels > {max_pixels}"
-        return {**facts, "error": "decompression_bomb", "detail": detail}
+    if bomb := too_many_pixels(width, height, max_pixels):
+        return {**facts, **bomb}
     min_width, min_height = JPEG_DRAFT_SIZE
     try:
         gray = simplejpeg.decode_jpeg(
@@ -122,12 +128,8 @@ def inspect_bytes(data: bytes, max_pixels: int, allowed_formats: frozenset[str])
             return {**facts, "error": kind, "detail": str(exc)[:200]}
         width, height = image.size
         facts.update(format=image.format, width=width, height=height, mode=image.mode)
-        if width * height > max_pixels:
-            return {
-                **facts,
-                "error": "decompression_bomb",
-                "detail": f"{width}x{height} = {width * height} pixels > {max_pixels}",
-            }
+        if bomb := too_many_pixels(width, height, max_pixels):
+            return {**facts, **bomb}
         if image.format not in allowed_formats:
             return {**facts, "error": "unsupported_format", "detail": str(image.format)}
         if image.format == "JPEG":
@@ -186,26 +188,3 @@ def inspect_paths(
 
 def _inspect(data: bytes | Facts, max_pixels: int, allowed_formats: frozenset[str]) -> Facts:
     return data if isinstance(data, dict) else inspect_bytes(data, max_pixels, allowed_formats)
-
-
-# --------------------------------------------------------------------------- worker processes
-
-_worker: dict[str, Any] = {}
-
-
-def init_worker(source: Source, max_pixels: int, allowed_formats: frozenset[str]) -> None:
-    """Worker set-up: the source and limits travel once per worker, not per file."""
-    _worker.update(source=source, max_pixels=max_pixels, allowed_formats=allowed_formats)
-
-
-def inspect_chunk(paths: list[str]) -> list[tuple[str, Facts, str]]:
-    """Inspect a chunk of paths in a worker set up by :func:`init_worker`.
-
-    Each result carries its facts already JSON-encoded for the cache: the parent shares the
-    cores with the workers, so whatever it does per file slows the whole pool.
-    """
-    source, limit, formats = _worker["source"], _worker["max_pixels"], _worker["allowed_formats"]
-    return [
-        (path, facts, json.dumps(facts))
-        for path, facts in inspect_paths(source, paths, limit, formats)
-    ]

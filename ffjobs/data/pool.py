@@ -11,6 +11,7 @@ threads as the workers spent decoding), and a worker that dies is reported, not 
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -24,7 +25,7 @@ from multiprocessing.process import BaseProcess
 from types import TracebackType
 
 from ffjobs.data.config import ValidationConfig
-from ffjobs.data.inspect import Facts, init_worker, inspect_chunk, inspect_paths
+from ffjobs.data.inspect import Facts, inspect_paths
 from ffjobs.data.sources import FileStat, Source
 
 CHUNK = 32
@@ -48,15 +49,23 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
+def _inspect_chunk(
+    source: Source, paths: list[str], max_pixels: int, formats: frozenset[str]
+) -> list[tuple[str, Facts, str]]:
+    """A worker's answer for one chunk: each file's facts, also JSON-encoded for the cache
+    (the parent shares the cores with the workers: whatever it does per file slows them)."""
+    inspected = inspect_paths(source, paths, max_pixels, formats)
+    return [(path, facts, json.dumps(facts)) for path, facts in inspected]
+
+
 def _serve(
     connection: Connection, source: Source, max_pixels: int, formats: frozenset[str]
 ) -> None:
     """Worker process: inspect each chunk of paths received, answer with its results."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    init_worker(source, max_pixels, formats)
     while (paths := connection.recv()) is not None:
         try:
-            answer: object = inspect_chunk(paths)
+            answer: object = _inspect_chunk(source, paths, max_pixels, formats)
         except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it
             answer = RuntimeError(f"inspecting {paths[0]} and {len(paths) - 1} more: {exc!r}")
         connection.send(answer)

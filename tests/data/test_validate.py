@@ -209,7 +209,7 @@ def test_unchanged_dataset_starts_no_worker(clean_dataset, tmp_path, monkeypatch
     assert rejudged.checks["small_identity"]["count"] == 24
 
 
-def _die(paths):
+def _die(*args):
     os._exit(3)
 
 
@@ -217,7 +217,7 @@ def test_a_worker_that_dies_is_reported_not_waited_for(clean_dataset, tmp_path, 
     from ffjobs.data.pool import WorkerDied
 
     monkeypatch.setattr("ffjobs.data.pool._pool_context", lambda: mp.get_context("fork"))
-    monkeypatch.setattr("ffjobs.data.pool.inspect_chunk", _die)
+    monkeypatch.setattr("ffjobs.data.pool._inspect_chunk", _die)
     config = ValidationConfig(cache_dir=str(tmp_path), workers=2)
     with pytest.raises(
         WorkerDied, match=r"exit code 3\) while inspecting one of \d+ files, id_\d+/"
