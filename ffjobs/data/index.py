@@ -145,6 +145,8 @@ def _read_manifest_text(source: Source, manifest: str) -> str:
         ) from None
     except (UnicodeDecodeError, PathEscapeError) as exc:
         raise ManifestError(f"manifest {manifest}: {exc}") from None
+    except OSError as exc:  # a directory, a FIFO, no permission
+        raise ManifestError(f"manifest {manifest}: cannot read it: {exc.strerror or exc}") from None
 
 
 def read_manifest(text: str, name: str) -> Iterator[tuple[int, str, str, str | None]]:

@@ -19,6 +19,8 @@ from ffjobs.errors import UserError
 
 _HAS_DIR_FD = os.open in os.supports_dir_fd
 _DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0)
+# O_NONBLOCK: opening a FIFO must not wait for a writer (no effect on regular files).
+_READ_FILE = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
 
 
@@ -76,6 +78,13 @@ def normalize_relative(path: str) -> str:
     return normal
 
 
+def _require_regular(st: os.stat_result, path: str) -> None:
+    """Raise ``OSError`` (``IsADirectoryError`` for a directory) unless ``st`` is a regular file."""
+    if not S_ISREG(st.st_mode):
+        code = errno.EISDIR if S_ISDIR(st.st_mode) else errno.EINVAL
+        raise OSError(code, "not a regular file", path)
+
+
 class LocalSource:
     """A dataset in a local (or network-mounted) directory."""
 
@@ -99,6 +108,10 @@ class LocalSource:
         return real
 
     def list(self) -> Iterator[FileStat]:
+        """Regular files only, whatever their names say: a directory is descended into like
+        any folder (``id_0001/folder.jpg/`` is a nested folder of identity ``id_0001``), a
+        symlink inside the root is listed only when it points at a regular file, and FIFOs,
+        sockets, devices, dangling links and links to directories are skipped."""
         # One lstat per name relative to its open folder: cheaper than DirEntry.stat on a
         # full path, and re-validating an unchanged dataset costs about this listing.
         folders = [""]
@@ -133,17 +146,26 @@ class LocalSource:
             os.close(directory)
 
     def stat(self, path: str) -> FileStat:
+        """Size and version of one regular file; a directory or FIFO raises ``OSError``."""
         st = self.resolve(path).stat()
+        _require_regular(st, path)
         return FileStat(normalize_relative(path), st.st_size, str(st.st_mtime_ns))
 
     def read_bytes(self, path: str) -> bytes:
+        """The content of one regular file; anything else (a directory, a FIFO) raises
+        ``OSError`` at once instead of failing late or blocking on a pipe with no writer."""
         try:
             fd = self._open_without_links(normalize_relative(path))
         except OSError as exc:
             if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOSYS):
                 raise
             # A symlink on the way: allowed only if it stays inside the root.
-            return self.resolve(path).read_bytes()
+            fd = os.open(self.resolve(path), _READ_FILE)
+        try:
+            _require_regular(os.fstat(fd), path)
+        except OSError:
+            os.close(fd)
+            raise
         with open(fd, "rb", buffering=0) as handle:  # unbuffered: one read of the whole file
             return handle.readall()
 
@@ -159,7 +181,7 @@ class LocalSource:
                 inner = os.open(folder, _DIR_NOFOLLOW, dir_fd=directory)
                 os.close(directory)
                 directory = inner
-            return os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
+            return os.open(name, _READ_FILE | os.O_NOFOLLOW, dir_fd=directory)
         finally:
             os.close(directory)
 
