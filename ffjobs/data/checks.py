@@ -40,6 +40,7 @@ _ALL = [
     Check("decompression_bomb", "error", "file", "header claims more than max_pixels; not decoded"),
     Check("path_escape", "error", "file", "symlink or manifest path leaves the dataset root"),
     Check("missing_file", "error", "file", "manifest lists a file that does not exist"),
+    Check("undecodable_name", "error", "file", "file name is not valid UTF-8; never read"),
     Check("exact_duplicate", "warning", "file", "same bytes as another file"),
     Check("near_duplicate", "warning", "file", "perceptual hash within near_duplicate_distance"),
     Check(
@@ -70,6 +71,7 @@ FATAL_FACTS = frozenset(
         "decompression_bomb",
         "path_escape",
         "missing_file",
+        "undecodable_name",
     }
 )
 

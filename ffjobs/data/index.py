@@ -25,8 +25,10 @@ from ffjobs.data.sources import (
     PathEscapeError,
     Source,
     is_image_path,
+    is_text_path,
     normalize_relative,
     open_source,
+    shown_path,
 )
 from ffjobs.errors import UserError
 
@@ -50,13 +52,17 @@ class ManifestError(UserError):
 
 
 class ScanEntry(NamedTuple):
-    """One dataset file as the layout sees it; ``problem`` set when it must not be read."""
+    """One dataset file as the layout sees it; ``problem`` set when it must not be read.
+
+    ``path`` and ``identity`` are always printable UTF-8: a name that is not UTF-8 is shown
+    with escapes (:func:`~ffjobs.data.sources.shown_path`) and marked ``undecodable_name``.
+    """
 
     path: str
     identity: str
     split: str | None
     stat: FileStat | None
-    problem: Literal["path_escape", "missing_file"] | None = None
+    problem: Literal["path_escape", "missing_file", "undecodable_name"] | None = None
 
 
 @dataclass(frozen=True)
@@ -204,7 +210,11 @@ def manifest_version(source: Source, manifest: str | None) -> str:
 def layout_entries(
     source: Source, listing: Sequence[FileStat], layout: Layout, manifest: str | None
 ) -> tuple[str, list[ScanEntry]]:
-    """A listing seen through its layout: ``(resolved layout, entries)`` with problems marked."""
+    """A listing seen through its layout: ``(resolved layout, entries)`` with problems marked.
+
+    An image whose name is not UTF-8 is an ``undecodable_name`` entry, shown with escapes
+    and never read (nothing downstream could name it); other names are kept as listed.
+    """
     resolved = layout if layout != "auto" else detect_layout(listing, manifest)
     if resolved != "manifest":
         folders = resolved == "identity_folders"
@@ -213,6 +223,9 @@ def layout_entries(
             path = f.path
             if not is_image_path(path):
                 continue
+            text = is_text_path(path)
+            if not text:
+                path = shown_path(path)
             if folders:
                 identity, slash, _ = path.partition("/")
                 if not slash:
@@ -221,6 +234,8 @@ def layout_entries(
                 identity = posixpath.splitext(path)[0]
             if f.escapes_root:
                 entries.append(ScanEntry(path, identity, None, None, "path_escape"))
+            elif not text:
+                entries.append(ScanEntry(path, identity, None, None, "undecodable_name"))
             else:
                 entries.append(ScanEntry(path, identity, None, f))
         return resolved, entries
@@ -229,13 +244,16 @@ def layout_entries(
     entries = []
     for line, path, identity, split in read_manifest(_read_manifest_text(source, name), name):
         split = _split(split, name, line)
+        identity = shown_path(identity)  # a JSON manifest can spell lone surrogates
         try:
             normal = normalize_relative(path)
         except PathEscapeError:
-            entries.append(ScanEntry(path, identity, split, None, "path_escape"))
+            entries.append(ScanEntry(shown_path(path), identity, split, None, "path_escape"))
             continue
         stat = by_path.get(normal)
-        if stat is None:
+        if not is_text_path(normal):
+            entries.append(ScanEntry(shown_path(normal), identity, split, None, "undecodable_name"))
+        elif stat is None:
             entries.append(ScanEntry(normal, identity, split, None, "missing_file"))
         elif stat.escapes_root:
             entries.append(ScanEntry(normal, identity, split, None, "path_escape"))
@@ -286,7 +304,9 @@ def build_index(
 ) -> DatasetIndex:
     """The training index of a dataset: readable images minus the quarantine list, sorted by path.
 
-    ``quarantine`` is a file written by ``ffjobs validate`` or an iterable of paths.
+    ``quarantine`` is a file written by ``ffjobs validate`` or an iterable of paths. Entries
+    the layout marks (escaping links, missing files, names that are not UTF-8) are never in
+    it, whatever their configured severity.
     """
     src = open_source(source, endpoint_url=endpoint_url, region=region)
     excluded = (

@@ -95,6 +95,8 @@ class LocalSource:
         self.uri = str(self.root)
         if not self.root.is_dir():
             raise SourceError(f"dataset root {root} is not a directory; check data.source")
+        if not is_text_path(self.uri):  # reports and the cache name the source by its path
+            raise SourceError(f"dataset root {shown_path(self.uri)} is not valid UTF-8; rename it")
 
     def _inside(self, target: Path) -> bool:
         return target == self.root or self.root in target.parents
@@ -111,7 +113,9 @@ class LocalSource:
         """Regular files only, whatever their names say: a directory is descended into like
         any folder (``id_0001/folder.jpg/`` is a nested folder of identity ``id_0001``), a
         symlink inside the root is listed only when it points at a regular file, and FIFOs,
-        sockets, devices, dangling links and links to directories are skipped."""
+        sockets, devices, dangling links and links to directories are skipped. A name that is
+        not UTF-8 is listed as ``os.listdir`` decodes it (surrogate escapes, see
+        :func:`is_text_path`); the layout reports it and nothing reads it."""
         # One lstat per name relative to its open folder: cheaper than DirEntry.stat on a
         # full path, and re-validating an unchanged dataset costs about this listing.
         folders = [""]
@@ -305,3 +309,33 @@ def is_image_path(path: str) -> bool:
     """
     dot = path.rfind(".")
     return dot > path.rfind("/") + 1 and path[dot:].lower() in IMAGE_EXTENSIONS
+
+
+def is_text_path(path: str) -> bool:
+    """Whether a listed path is valid UTF-8 text.
+
+    A file name that is not UTF-8 comes back from ``os.listdir`` with surrogate escapes
+    (``\\udcff`` for the byte ``0xff``), which no report, manifest or cache can hold.
+    """
+    if path.isascii():  # nearly every path: no encoding needed to know
+        return True
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def path_bytes(path: str) -> bytes:
+    """A path's bytes as the filesystem holds them (surrogate escapes back to their bytes)."""
+    try:
+        return path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that stands for no byte: not from a listing
+        return path.encode("utf-8", "surrogatepass")
+
+
+def shown_path(path: str) -> str:
+    """A path as printable UTF-8: bytes that are not UTF-8 as escapes (``id_0001/\\xff.jpg``)."""
+    if is_text_path(path):
+        return path
+    return path_bytes(path).decode("utf-8", "backslashreplace")

@@ -32,7 +32,18 @@ from ffjobs.data.index import (
 )
 from ffjobs.data.inspect import INSPECTOR_VERSION, Facts
 from ffjobs.data.pool import InspectionPool
-from ffjobs.data.sources import FileStat, Source, is_image_path, open_source
+from ffjobs.data.sources import (
+    FileStat,
+    Source,
+    is_image_path,
+    is_text_path,
+    open_source,
+    path_bytes,
+)
+
+# Bump when a report's content changes for the same facts (a new check, a new field), so
+# cached reports are rebuilt; cached facts stay valid (that is INSPECTOR_VERSION's job).
+REPORT_VERSION = 2
 
 
 @dataclass
@@ -137,7 +148,8 @@ def inspected_before_layout(
 
     Manifest rows decide which files count, so a manifest (given, or found at the root)
     means waiting. Without one, files in sub-folders are exactly what the identity-folders
-    layout reads, and the flat layout has none of them.
+    layout reads, and the flat layout has none of them. Names that are not UTF-8 are findings,
+    never read.
     """
     if layout == "manifest" or manifest:
         return None
@@ -151,8 +163,10 @@ def inspected_before_layout(
                 return None
             return None
     if layout == "flat":
-        return lambda f: not f.escapes_root and is_image_path(f.path)
-    return lambda f: not f.escapes_root and "/" in f.path and is_image_path(f.path)
+        return lambda f: not f.escapes_root and is_image_path(f.path) and is_text_path(f.path)
+    return lambda f: (
+        not f.escapes_root and "/" in f.path and is_image_path(f.path) and is_text_path(f.path)
+    )
 
 
 def cache_salt(config: ValidationConfig) -> str:
@@ -165,16 +179,19 @@ def listing_digest(
     layout: str, manifest: str, listing: list[FileStat], config: ValidationConfig
 ) -> str:
     """Digest of everything a report depends on: policy, layout, manifest and every file's
-    version. Taken over the raw listing, so an unchanged dataset skips even its layout."""
+    version. Taken over the raw listing, so an unchanged dataset skips even its layout; paths
+    as their bytes, so names that are not UTF-8 count too."""
     digest = hashlib.sha256(
         json.dumps(
-            [INSPECTOR_VERSION, layout, manifest, dataclasses.asdict(config)],
+            [INSPECTOR_VERSION, REPORT_VERSION, layout, manifest, dataclasses.asdict(config)],
             sort_keys=True,
             default=str,
         ).encode()
     )
     digest.update(
-        "\n".join(f"{f.path}\t{f.size}\t{f.version}\t{f.escapes_root:d}" for f in listing).encode()
+        path_bytes(
+            "\n".join(f"{f.path}\t{f.size}\t{f.version}\t{f.escapes_root:d}" for f in listing)
+        )
     )
     return digest.hexdigest()
 

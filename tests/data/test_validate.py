@@ -243,3 +243,17 @@ def test_a_changed_manifest_outside_the_root_is_not_answered_from_the_cached_rep
     fewer = validate_dataset(clean_dataset, config, manifest=str(manifest))
     assert not fewer.timing["report_cached"] and fewer.files == 100
     assert fewer.fingerprint != first.fingerprint
+
+
+def test_a_new_report_version_is_not_answered_from_the_cached_report(
+    clean_dataset, tmp_path, monkeypatch
+):
+    """Reports cached before a check was added lack its row: REPORT_VERSION retires them."""
+    from ffjobs.data import validate
+
+    config = ValidationConfig(cache_dir=str(tmp_path / "cache"))
+    validate_dataset(clean_dataset, config)
+    assert validate_dataset(clean_dataset, config).timing["report_cached"]
+    monkeypatch.setattr(validate, "REPORT_VERSION", validate.REPORT_VERSION + 1)
+    rebuilt = validate_dataset(clean_dataset, config)
+    assert not rebuilt.timing["report_cached"] and rebuilt.timing["inspected"] == 0
