@@ -133,10 +133,15 @@ def parse_sacct_line(line: str) -> JobAccounting:
     )
 
 
+def parse_sacct_output(text: str) -> list[JobAccounting]:
+    """Parse every non-blank line of ``sacct -P -o JobID,State,ExitCode,NodeList,Elapsed,NNodes``."""
+    return [parse_sacct_line(line) for line in text.splitlines() if line.strip()]
+
+
 def read_job_accounting(job_id: str | int, runner: Runner = run_command) -> JobAccounting | None:
     """The job's allocation record from ``sacct``, or ``None`` while accounting has no record yet."""
     argv = ["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", ",".join(SACCT_FIELDS)]
-    records = [parse_sacct_line(line) for line in runner(argv).splitlines() if line.strip()]
+    records = parse_sacct_output(runner(argv))
     mine = [r for r in records if r.job_id == str(job_id)]
     # A requeued job appears once per run; the last line is the latest.
     return (mine or records or [None])[-1]
