@@ -4,7 +4,9 @@ One resolved :class:`Config` flows from YAML, the CLI (``--set key=value``) and 
 into every stage. Each component owns its dataclass (``ffjobs/<component>/config.py``); this
 module composes them and owns the loading rules:
 
-* ``yaml.safe_load`` semantics only (a ``!!python/...`` tag is an error, never executed);
+* ``yaml.safe_load`` semantics only (a ``!!python/...`` tag is an error, never executed), except
+  that numbers follow YAML 1.2 (``3e-4`` and ``1e6`` are floats, as in ``--set``) and a key
+  repeated in one mapping is an error instead of silently keeping the last value;
 * ``extends: <preset or path>`` at the top of a file merges it over another file (recursively);
 * unknown keys, wrong types and out-of-range values are errors naming file, line and key path;
 * field ranges live in ``field(metadata=...)`` (``ge``, ``gt``, ``le``, ``lt``, ``choices``) and
@@ -13,9 +15,9 @@ module composes them and owns the loading rules:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -85,7 +87,41 @@ class Config:
 
 
 class _LineTrackingLoader(yaml.SafeLoader):
-    """SafeLoader that remembers the line of every mapping key, by key path."""
+    """SafeLoader that also reads YAML 1.2 floats such as ``3e-4`` and ``1e6`` as numbers."""
+
+
+# YAML 1.1 (PyYAML) needs a dot and a signed exponent; 1.2 does not. Checked after the 1.1
+# rules, so it only adds exponent forms and every other scalar resolves as before.
+_LineTrackingLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str, line: int, first_line: int):
+        super().__init__(key)
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+def _parse_yaml(text: str, prefix: str = "") -> tuple[Any, dict[str, int]]:
+    """Parse YAML text with the loader's rules; return the data and a ``{dotted.key: line}`` index.
+
+    Raises ``yaml.YAMLError`` for bad YAML and :class:`_DuplicateKey` for a key repeated in one
+    mapping (PyYAML would silently keep the last one).
+    """
+    loader = _LineTrackingLoader(text)
+    try:
+        node = loader.get_single_node()
+        lines: dict[str, int] = {}
+        _index_lines(node, prefix, lines, loader)
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    return data, lines
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
@@ -100,8 +136,14 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", source=source) from None
     try:
-        node = yaml.compose(text, Loader=_LineTrackingLoader)
-        data = yaml.load(text, Loader=_LineTrackingLoader)  # noqa: S506 - SafeLoader subclass
+        data, lines = _parse_yaml(text)
+    except _DuplicateKey as exc:
+        raise ConfigError(
+            f"duplicate key (first at line {exc.first_line})",
+            source=source,
+            key=exc.key,
+            line=exc.line,
+        ) from None
     except yaml.constructor.ConstructorError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         tag = (exc.problem or "").split("'")[1] if "'" in (exc.problem or "") else "tag"
@@ -121,17 +163,30 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         raise ConfigError(
             f"top level must be a mapping, got {type(data).__name__}", source=source, line=1
         )
-    lines: dict[str, int] = {}
-    _index_lines(node, "", lines)
     return data, lines
 
 
-def _index_lines(node: yaml.Node | None, prefix: str, out: dict[str, int]) -> None:
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
-            out[key] = key_node.start_mark.line + 1
-            _index_lines(value_node, key, out)
+def _index_lines(
+    node: yaml.Node | None, prefix: str, out: dict[str, int], loader: yaml.SafeLoader
+) -> None:
+    """Record the line of every mapping key under ``prefix``; raise on a repeated key."""
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _index_lines(item, f"{prefix}[{i}]", out, loader)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    first_lines: dict[Any, int] = {}
+    for key_node, value_node in node.value:
+        line = key_node.start_mark.line + 1
+        key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+        if key_node.tag != _MERGE_TAG and isinstance(key_node, yaml.ScalarNode):
+            # Compare constructed keys: 'lr' and "lr" are the same key.
+            ident = loader.construct_object(key_node)
+            if ident in first_lines:
+                raise _DuplicateKey(key, line, first_lines[ident])
+            first_lines[ident] = line
+        out[key] = line
+        _index_lines(value_node, key, out, loader)
 
 
 def resolve_preset(name_or_path: str | Path, relative_to: Path | None = None) -> Path:
@@ -355,13 +410,11 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key:
         raise ConfigError(f"override {text!r} must look like key.path=value", source="--set")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _parse_yaml(raw, prefix=key)[0] if raw.strip() else ""
+    except _DuplicateKey as exc:
+        raise ConfigError("duplicate key", source="--set", key=exc.key) from None
     except yaml.YAMLError:
         value = raw
-    # YAML 1.1 reads "3e-4" as a string; accept it as the float a user meant.
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            value = float(value) if any(c in value for c in ".eE") else value
     return key, value
 
 
