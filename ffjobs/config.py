@@ -16,6 +16,7 @@ module composes them and owns the loading rules:
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import json
 import re
 import types
@@ -37,6 +38,9 @@ from ffjobs.tracking.config import TrackingConfig
 from ffjobs.train.config import TrainConfig
 
 REPO_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+"""The presets in a source checkout (also what an editable install sees)."""
+PRESETS_PACKAGE_DIR = "presets"
+"""Where a wheel puts ``configs/`` inside the ``ffjobs`` package (``ffjobs.presets``)."""
 DEFAULT_PRESET = "local"
 
 
@@ -189,8 +193,20 @@ def _index_lines(
         _index_lines(value_node, key, out, loader)
 
 
+def embedded_preset_dirs() -> list[Path]:
+    """The presets that ship with ffjobs: the installed package's, else the source tree's."""
+    dirs = []
+    packaged = importlib.resources.files("ffjobs") / PRESETS_PACKAGE_DIR
+    if isinstance(packaged, Path) and packaged.is_dir():  # a zipped install has no real path
+        dirs.append(packaged)
+    if REPO_CONFIG_DIR.is_dir():
+        dirs.append(REPO_CONFIG_DIR)
+    return dirs
+
+
 def resolve_preset(name_or_path: str | Path, relative_to: Path | None = None) -> Path:
-    """Find a config file: an existing path, else ``<name>.yaml`` in the configs directories."""
+    """Find a config file: an existing path, else ``<name>.yaml`` in ``./configs``, then in the
+    presets that ship with ffjobs (:func:`embedded_preset_dirs`)."""
     candidate = Path(name_or_path)
     if relative_to is not None and not candidate.is_absolute():
         beside = relative_to.parent / candidate
@@ -200,7 +216,7 @@ def resolve_preset(name_or_path: str | Path, relative_to: Path | None = None) ->
         return candidate
     if candidate.suffix == "" and candidate.with_suffix(".yaml").exists():
         return candidate.with_suffix(".yaml")
-    for directory in (Path.cwd() / "configs", REPO_CONFIG_DIR):
+    for directory in (Path.cwd() / "configs", *embedded_preset_dirs()):
         for stem in (str(name_or_path), f"clusters/{name_or_path}"):
             found = directory / f"{stem}.yaml"
             if found.exists():
@@ -450,21 +466,30 @@ def _apply_override(data: dict[str, Any], key: str, value: Any, origin: _Origin)
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
     """Load a preset name or YAML path, then apply ``--set`` overrides.
 
-    ``None`` means the embedded default, ``configs/local.yaml`` (the dataclass defaults when the
-    package runs without its source tree).
+    ``None`` means the embedded default, ``configs/local.yaml`` as shipped with ffjobs (never a
+    ``local.yaml`` of the working directory).
     """
     origin = _Origin()
     data: dict[str, Any] = {}
-    if path is None and (REPO_CONFIG_DIR / f"{DEFAULT_PRESET}.yaml").exists():
-        path = REPO_CONFIG_DIR / f"{DEFAULT_PRESET}.yaml"  # the embedded default
-    if path is not None:
-        for source, layer, lines in _load_layers(resolve_preset(path)):
-            origin.record("", layer, source, lines)
-            data = _deep_merge(data, layer)
+    if path is None:
+        path = _embedded_default()
+    for source, layer, lines in _load_layers(resolve_preset(path)):
+        origin.record("", layer, source, lines)
+        data = _deep_merge(data, layer)
     for text in overrides:
         key, value = parse_override(text)
         data = _apply_override(data, key, value, origin)
     return _build(Config, data, "", origin)
+
+
+def _embedded_default() -> Path:
+    for directory in embedded_preset_dirs():
+        if (directory / f"{DEFAULT_PRESET}.yaml").is_file():
+            return directory / f"{DEFAULT_PRESET}.yaml"
+    raise ConfigError(
+        "the embedded default preset is missing from this installation; reinstall ffjobs",
+        source=f"{PRESETS_PACKAGE_DIR}/{DEFAULT_PRESET}.yaml",
+    )
 
 
 def config_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Config:
@@ -472,3 +497,4 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Config:
     origin = _Origin()
     origin.record("", data, source, {})
     return _build(Config, data, "", origin)
+
