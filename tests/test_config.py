@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -10,7 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ffjobs.config import Config, ConfigError, config_from_dict, load_config, parse_override
+from ffjobs.config import (
+    Config,
+    ConfigError,
+    config_from_dict,
+    load_config,
+    param_schema,
+    parse_override,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -276,3 +284,65 @@ def test_cli_duplicate_key_exits_2_with_one_line(tmp_path):
     assert result.stderr.strip().endswith("bad.yaml:4: train.lr: duplicate key (first at line 3)")
     assert len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------------------- JSON schema
+
+
+def _metadata(cls: type, name: str) -> dict:
+    return dict(next(f for f in dataclasses.fields(cls) if f.name == name).metadata)
+
+
+@pytest.mark.parametrize(
+    ("key", "nullable", "expected"),
+    [
+        ("train.steps", False, {"type": "integer", "minimum": 1}),
+        ("train.steps", True, {"type": ["null", "integer"], "minimum": 1}),
+        ("train.lr", False, {"type": "number", "exclusiveMinimum": 0.0, "maximum": 1.0}),
+        ("data.val_fraction", False, {"type": "number", "minimum": 0.0, "exclusiveMaximum": 1.0}),
+        (
+            "train.ema_decay",
+            False,
+            {"type": ["null", "number"], "exclusiveMinimum": 0.0, "exclusiveMaximum": 1.0},
+        ),
+        ("train.precision", False, {"type": "string", "enum": ["fp32", "bf16", "fp16"]}),
+        ("slurm.executor", True, {"type": ["null", "string"], "enum": [None, "local", "slurm"]}),
+        ("train.compile", False, {"type": "boolean"}),
+        ("data.manifest", False, {"type": ["null", "string"]}),
+        ("preflight.sizes_mib", False, {"type": "array"}),
+        ("slurm.env", False, {"type": "object"}),
+        ("model.losses", False, {"type": "object"}),
+        ("train", False, {"type": "object"}),
+        ("model.losses.identity", False, {"type": "number", "minimum": 0.0}),
+    ],
+)
+def test_param_schema_turns_types_and_metadata_into_json_schema(key, nullable, expected):
+    assert param_schema(key, nullable=nullable) == expected
+
+
+def test_param_schema_bounds_are_the_fields_own():
+    from ffjobs.slurm.config import SlurmConfig
+    from ffjobs.train.config import TrainConfig
+
+    assert param_schema("train.steps")["minimum"] == _metadata(TrainConfig, "steps")["ge"]
+    lr = _metadata(TrainConfig, "lr")
+    assert param_schema("train.lr")["exclusiveMinimum"] == lr["gt"]
+    assert param_schema("train.lr")["maximum"] == lr["le"]
+    assert param_schema("slurm.nodes")["minimum"] == _metadata(SlurmConfig, "nodes")["ge"]
+
+
+def test_param_schema_choices_metadata_becomes_an_enum(monkeypatch):
+    from ffjobs.train.config import TrainConfig
+
+    steps = next(f for f in dataclasses.fields(TrainConfig) if f.name == "steps")
+    monkeypatch.setattr(steps, "metadata", {"choices": (100, 200)})
+    assert param_schema("train.steps", nullable=True) == {
+        "type": ["null", "integer"],
+        "enum": [None, 100, 200],
+    }
+
+
+@pytest.mark.parametrize("key", ["train.nope", "nope", "train.steps.sub"])
+def test_param_schema_unknown_key_raises(key):
+    with pytest.raises(KeyError, match="no config field"):
+        param_schema(key)
