@@ -13,6 +13,7 @@ from typing import Any
 from airflow.sdk import Param, dag, task
 
 from ffjobs.airflow import tasks
+from ffjobs.config import param_schema
 
 
 @dag(
@@ -31,15 +32,13 @@ from ffjobs.airflow import tasks
         ),
         "train_steps": Param(
             None,
-            type=["null", "integer"],
-            minimum=1,
+            **param_schema("train.steps", nullable=True),
             title="train.steps",
             description="Optimizer steps.",
         ),
         "train_lr": Param(
             None,
-            type=["null", "number"],
-            exclusiveMinimum=0,
+            **param_schema("train.lr", nullable=True),
             title="train.lr",
             description="Learning rate.",
         ),
@@ -51,8 +50,7 @@ from ffjobs.airflow import tasks
         ),
         "slurm_nodes": Param(
             None,
-            type=["null", "integer"],
-            minimum=1,
+            **param_schema("slurm.nodes", nullable=True),
             title="slurm.nodes",
             description="Nodes of the training job.",
         ),

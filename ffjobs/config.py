@@ -4,7 +4,9 @@ One resolved :class:`Config` flows from YAML, the CLI (``--set key=value``) and 
 into every stage. Each component owns its dataclass (``ffjobs/<component>/config.py``); this
 module composes them and owns the loading rules:
 
-* ``yaml.safe_load`` semantics only (a ``!!python/...`` tag is an error, never executed);
+* ``yaml.safe_load`` semantics only (a ``!!python/...`` tag is an error, never executed), except
+  that numbers follow YAML 1.2 (``3e-4`` and ``1e6`` are floats, as in ``--set``) and a key
+  repeated in one mapping is an error instead of silently keeping the last value;
 * ``extends: <preset or path>`` at the top of a file merges it over another file (recursively);
 * unknown keys, wrong types and out-of-range values are errors naming file, line and key path;
 * field ranges live in ``field(metadata=...)`` (``ge``, ``gt``, ``le``, ``lt``, ``choices``) and
@@ -13,9 +15,10 @@ module composes them and owns the loading rules:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import importlib.resources
 import json
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -35,6 +38,9 @@ from ffjobs.tracking.config import TrackingConfig
 from ffjobs.train.config import TrainConfig
 
 REPO_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+"""The presets in a source checkout (also what an editable install sees)."""
+PRESETS_PACKAGE_DIR = "presets"
+"""Where a wheel puts ``configs/`` inside the ``ffjobs`` package (``ffjobs.presets``)."""
 DEFAULT_PRESET = "local"
 
 
@@ -85,7 +91,41 @@ class Config:
 
 
 class _LineTrackingLoader(yaml.SafeLoader):
-    """SafeLoader that remembers the line of every mapping key, by key path."""
+    """SafeLoader that also reads YAML 1.2 floats such as ``3e-4`` and ``1e6`` as numbers."""
+
+
+# YAML 1.1 (PyYAML) needs a dot and a signed exponent; 1.2 does not. Checked after the 1.1
+# rules, so it only adds exponent forms and every other scalar resolves as before.
+_LineTrackingLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str, line: int, first_line: int):
+        super().__init__(key)
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+def _parse_yaml(text: str, prefix: str = "") -> tuple[Any, dict[str, int]]:
+    """Parse YAML text with the loader's rules; return the data and a ``{dotted.key: line}`` index.
+
+    Raises ``yaml.YAMLError`` for bad YAML and :class:`_DuplicateKey` for a key repeated in one
+    mapping (PyYAML would silently keep the last one).
+    """
+    loader = _LineTrackingLoader(text)
+    try:
+        node = loader.get_single_node()
+        lines: dict[str, int] = {}
+        _index_lines(node, prefix, lines, loader)
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    return data, lines
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
@@ -100,8 +140,14 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", source=source) from None
     try:
-        node = yaml.compose(text, Loader=_LineTrackingLoader)
-        data = yaml.load(text, Loader=_LineTrackingLoader)  # noqa: S506 - SafeLoader subclass
+        data, lines = _parse_yaml(text)
+    except _DuplicateKey as exc:
+        raise ConfigError(
+            f"duplicate key (first at line {exc.first_line})",
+            source=source,
+            key=exc.key,
+            line=exc.line,
+        ) from None
     except yaml.constructor.ConstructorError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         tag = (exc.problem or "").split("'")[1] if "'" in (exc.problem or "") else "tag"
@@ -121,21 +167,46 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         raise ConfigError(
             f"top level must be a mapping, got {type(data).__name__}", source=source, line=1
         )
-    lines: dict[str, int] = {}
-    _index_lines(node, "", lines)
     return data, lines
 
 
-def _index_lines(node: yaml.Node | None, prefix: str, out: dict[str, int]) -> None:
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
-            out[key] = key_node.start_mark.line + 1
-            _index_lines(value_node, key, out)
+def _index_lines(
+    node: yaml.Node | None, prefix: str, out: dict[str, int], loader: yaml.SafeLoader
+) -> None:
+    """Record the line of every mapping key under ``prefix``; raise on a repeated key."""
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _index_lines(item, f"{prefix}[{i}]", out, loader)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    first_lines: dict[Any, int] = {}
+    for key_node, value_node in node.value:
+        line = key_node.start_mark.line + 1
+        key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+        if key_node.tag != _MERGE_TAG and isinstance(key_node, yaml.ScalarNode):
+            # Compare constructed keys: 'lr' and "lr" are the same key.
+            ident = loader.construct_object(key_node)
+            if ident in first_lines:
+                raise _DuplicateKey(key, line, first_lines[ident])
+            first_lines[ident] = line
+        out[key] = line
+        _index_lines(value_node, key, out, loader)
+
+
+def embedded_preset_dirs() -> list[Path]:
+    """The presets that ship with ffjobs: the installed package's, else the source tree's."""
+    dirs = []
+    packaged = importlib.resources.files("ffjobs") / PRESETS_PACKAGE_DIR
+    if isinstance(packaged, Path) and packaged.is_dir():  # a zipped install has no real path
+        dirs.append(packaged)
+    if REPO_CONFIG_DIR.is_dir():
+        dirs.append(REPO_CONFIG_DIR)
+    return dirs
 
 
 def resolve_preset(name_or_path: str | Path, relative_to: Path | None = None) -> Path:
-    """Find a config file: an existing path, else ``<name>.yaml`` in the configs directories."""
+    """Find a config file: an existing path, else ``<name>.yaml`` in ``./configs``, then in the
+    presets that ship with ffjobs (:func:`embedded_preset_dirs`)."""
     candidate = Path(name_or_path)
     if relative_to is not None and not candidate.is_absolute():
         beside = relative_to.parent / candidate
@@ -145,7 +216,7 @@ def resolve_preset(name_or_path: str | Path, relative_to: Path | None = None) ->
         return candidate
     if candidate.suffix == "" and candidate.with_suffix(".yaml").exists():
         return candidate.with_suffix(".yaml")
-    for directory in (Path.cwd() / "configs", REPO_CONFIG_DIR):
+    for directory in (Path.cwd() / "configs", *embedded_preset_dirs()):
         for stem in (str(name_or_path), f"clusters/{name_or_path}"):
             found = directory / f"{stem}.yaml"
             if found.exists():
@@ -355,13 +426,11 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key:
         raise ConfigError(f"override {text!r} must look like key.path=value", source="--set")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _parse_yaml(raw, prefix=key)[0] if raw.strip() else ""
+    except _DuplicateKey as exc:
+        raise ConfigError("duplicate key", source="--set", key=exc.key) from None
     except yaml.YAMLError:
         value = raw
-    # YAML 1.1 reads "3e-4" as a string; accept it as the float a user meant.
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            value = float(value) if any(c in value for c in ".eE") else value
     return key, value
 
 
@@ -397,21 +466,30 @@ def _apply_override(data: dict[str, Any], key: str, value: Any, origin: _Origin)
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
     """Load a preset name or YAML path, then apply ``--set`` overrides.
 
-    ``None`` means the embedded default, ``configs/local.yaml`` (the dataclass defaults when the
-    package runs without its source tree).
+    ``None`` means the embedded default, ``configs/local.yaml`` as shipped with ffjobs (never a
+    ``local.yaml`` of the working directory).
     """
     origin = _Origin()
     data: dict[str, Any] = {}
-    if path is None and (REPO_CONFIG_DIR / f"{DEFAULT_PRESET}.yaml").exists():
-        path = REPO_CONFIG_DIR / f"{DEFAULT_PRESET}.yaml"  # the embedded default
-    if path is not None:
-        for source, layer, lines in _load_layers(resolve_preset(path)):
-            origin.record("", layer, source, lines)
-            data = _deep_merge(data, layer)
+    if path is None:
+        path = _embedded_default()
+    for source, layer, lines in _load_layers(resolve_preset(path)):
+        origin.record("", layer, source, lines)
+        data = _deep_merge(data, layer)
     for text in overrides:
         key, value = parse_override(text)
         data = _apply_override(data, key, value, origin)
     return _build(Config, data, "", origin)
+
+
+def _embedded_default() -> Path:
+    for directory in embedded_preset_dirs():
+        if (directory / f"{DEFAULT_PRESET}.yaml").is_file():
+            return directory / f"{DEFAULT_PRESET}.yaml"
+    raise ConfigError(
+        "the embedded default preset is missing from this installation; reinstall ffjobs",
+        source=f"{PRESETS_PACKAGE_DIR}/{DEFAULT_PRESET}.yaml",
+    )
 
 
 def config_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Config:
@@ -419,3 +497,69 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Config:
     origin = _Origin()
     origin.record("", data, source, {})
     return _build(Config, data, "", origin)
+
+
+# --------------------------------------------------------------------------- JSON schema
+
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+_BOUND_KEYWORDS = {
+    "ge": "minimum",
+    "gt": "exclusiveMinimum",
+    "le": "maximum",
+    "lt": "exclusiveMaximum",
+}
+
+
+def param_schema(key: str, *, nullable: bool = False) -> dict[str, Any]:
+    """JSON-schema keywords for the config field at dotted ``key`` (e.g. an Airflow ``Param``).
+
+    The type comes from the annotation, bounds from ``metadata`` (``ge`` -> ``minimum``, ``gt`` ->
+    ``exclusiveMinimum``, ``le`` -> ``maximum``, ``lt`` -> ``exclusiveMaximum``) and ``enum``
+    from a ``Literal`` or ``metadata["choices"]``. ``nullable`` also admits ``null`` (a Param
+    left empty keeps the preset's value). An unknown key raises ``KeyError``.
+    """
+    cls: Any = Config
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        fields = (
+            {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        )
+        if part not in fields:
+            raise KeyError(f"no config field {'.'.join(parts[: i + 1])!r}")
+        found, cls = fields[part], typing.get_type_hints(cls)[part]
+    json_types, enum = _json_types(cls)
+    if nullable or "null" in json_types:
+        json_types = ["null", *(t for t in json_types if t != "null")]
+    schema: dict[str, Any] = {"type": json_types[0] if len(json_types) == 1 else json_types}
+    enum = enum or list(found.metadata.get("choices", ())) or None
+    if enum is not None:
+        schema["enum"] = [None, *enum] if "null" in json_types and None not in enum else enum
+    for name, keyword in _BOUND_KEYWORDS.items():
+        if name in found.metadata:
+            schema[keyword] = found.metadata[name]
+    return schema
+
+
+def _json_types(tp: Any) -> tuple[list[str], list[Any] | None]:
+    """The JSON types of annotation ``tp`` and, for a ``Literal``, its values."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        values = list(typing.get_args(tp))
+        return list(dict.fromkeys(_JSON_TYPES[type(v)] for v in values)), values
+    if origin in (typing.Union, types.UnionType):
+        names: list[str] = []
+        enum: list[Any] | None = None
+        for arg in typing.get_args(tp):
+            arg_types, arg_enum = _json_types(arg)
+            names += [t for t in arg_types if t not in names]
+            enum = arg_enum if arg_enum is not None else enum
+        return names, enum
+    if tp is type(None):
+        return ["null"], None
+    if origin in (list, tuple):
+        return ["array"], None
+    if origin is dict or dataclasses.is_dataclass(tp):
+        return ["object"], None
+    if tp in _JSON_TYPES:
+        return [_JSON_TYPES[tp]], None
+    raise TypeError(f"no JSON type for config annotation {tp!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -10,7 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ffjobs.config import Config, ConfigError, config_from_dict, load_config
+from ffjobs.config import (
+    Config,
+    ConfigError,
+    config_from_dict,
+    load_config,
+    param_schema,
+    parse_override,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -155,3 +163,186 @@ def test_cli_version_and_help():
 
     assert run_cli("--version").stdout.strip() == f"ffjobs {__version__}"
     assert "config" in run_cli("--help").stdout
+
+
+# --------------------------------------------------------------------------- YAML 1.2 floats
+
+FLOAT_LITERALS = ["3e-4", "1e6", "2.5E-5", "-1.5e+3", "1.5e3", "+2E2", ".5e1", "1.e-2"]
+
+
+@pytest.mark.parametrize("literal", FLOAT_LITERALS)
+def test_exponent_floats_in_a_file_are_numbers(tmp_path, literal):
+    # a float mapping value without a range, so negative literals load too
+    path = write(tmp_path, "f.yaml", f'preflight:\n  min_busbw_gbps: {{"1": {literal}}}\n')
+    value = load_config(path).preflight.min_busbw_gbps["1"]
+    assert isinstance(value, float)
+    assert value == float(literal)
+
+
+@pytest.mark.parametrize("literal", FLOAT_LITERALS)
+def test_files_and_set_read_numbers_by_the_same_rule(literal):
+    from ffjobs.config import _parse_yaml
+
+    (value,) = _parse_yaml(f"x: {literal}\n")[0].values()
+    assert parse_override(f"train.lr={literal}") == ("train.lr", value)
+    assert value == float(literal)
+
+
+def test_lr_3e_4_in_a_preset_loads(tmp_path):
+    path = write(tmp_path, "p.yaml", "extends: local\ntrain:\n  lr: 3e-4\n  adam_eps: 1e-8\n")
+    cfg = load_config(path)
+    assert (cfg.train.lr, cfg.train.adam_eps) == (3e-4, 1e-8)
+
+
+def test_exponent_floats_inside_lists_and_mappings(tmp_path):
+    text = 'preflight:\n  sizes_mib: [1e0, 1.6e1]\n  min_busbw_gbps: {"16": 2e2}\n'
+    cfg = load_config(write(tmp_path, "f.yaml", text))
+    assert cfg.preflight.sizes_mib == [1.0, 16.0]
+    assert cfg.preflight.min_busbw_gbps == {"16": 200.0}
+
+
+def test_an_integer_field_rejects_an_exponent_float(tmp_path):
+    # 1e6 is a float in YAML 1.2; an int field does not truncate or round it.
+    path = write(tmp_path, "bad.yaml", "train:\n  steps: 1e6\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml:2: train\.steps: expected an integer"):
+        load_config(path)
+
+
+def test_other_scalars_resolve_as_before(tmp_path):
+    text = 'name: "1e3"\ntrain:\n  steps: 1_000\n  seed: 0x10\n  compile: yes\n'
+    cfg = load_config(write(tmp_path, "f.yaml", text))
+    assert (cfg.name, cfg.train.steps, cfg.train.seed, cfg.train.compile) == ("1e3", 1000, 16, True)
+    assert parse_override("data.source=runs/e5") == ("data.source", "runs/e5")
+    assert parse_override("name=1.2.3") == ("name", "1.2.3")
+
+
+def test_unsafe_tag_in_an_override_stays_a_string():
+    key, value = parse_override("name=!!python/object/apply:os.getcwd []")
+    assert value == "!!python/object/apply:os.getcwd []"
+
+
+# --------------------------------------------------------------------------- duplicate keys
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("name: a\nname: b\n", r"^\S*bad\.yaml:2: name: duplicate key \(first at line 1\)$"),
+        (
+            "train:\n  lr: 0.1\n  steps: 3\n  lr: 0.2\n",
+            r"bad\.yaml:4: train\.lr: duplicate key \(first at line 2\)$",
+        ),
+        (
+            "train:\n  faults:\n    kill_rank: 0\n    'kill_rank': 1\n",
+            r"bad\.yaml:4: train\.faults\.kill_rank: duplicate key \(first at line 3\)$",
+        ),
+        (
+            "slurm:\n  env: {A: x, B: y, A: z}\n",
+            r"bad\.yaml:2: slurm\.env\.A: duplicate key \(first at line 2\)$",
+        ),
+        (
+            "slurm:\n  setup:\n    - {a: 1, a: 2}\n",
+            r"bad\.yaml:3: slurm\.setup\[0\]\.a: duplicate key \(first at line 3\)$",
+        ),
+        ("train:\n  lr: 0.1\ntrain:\n  steps: 3\n", r"bad\.yaml:3: train: duplicate key"),
+    ],
+)
+def test_duplicate_keys_are_errors_naming_file_line_and_key(tmp_path, text, expected):
+    path = write(tmp_path, "bad.yaml", text)
+    with pytest.raises(ConfigError, match=expected):
+        load_config(path)
+
+
+def test_duplicate_key_in_a_parent_preset_names_the_parent(tmp_path):
+    write(tmp_path, "base.yaml", "train:\n  steps: 1\n  steps: 2\n")
+    child = write(tmp_path, "child.yaml", "extends: base.yaml\n")
+    with pytest.raises(ConfigError, match=r"base\.yaml:3: train\.steps: duplicate key"):
+        load_config(child)
+
+
+def test_same_key_in_parent_and_child_is_an_override_not_a_duplicate(tmp_path):
+    write(tmp_path, "base.yaml", "train:\n  steps: 1\n")
+    child = write(tmp_path, "child.yaml", "extends: base.yaml\ntrain:\n  steps: 2\n")
+    assert load_config(child).train.steps == 2
+
+
+def test_merge_key_overrides_are_not_duplicates(tmp_path):
+    text = 'slurm:\n  env:\n    <<: {A: "1", B: "2"}\n    A: "3"\n'
+    cfg = load_config(write(tmp_path, "f.yaml", text))
+    assert cfg.slurm.env == {"A": "3", "B": "2"}
+
+
+def test_duplicate_key_in_an_override_is_an_error():
+    with pytest.raises(ConfigError, match=r"^--set: slurm\.env\.A: duplicate key$"):
+        load_config(None, ["slurm.env={A: x, A: y}"])
+
+
+def test_cli_duplicate_key_exits_2_with_one_line(tmp_path):
+    path = write(tmp_path, "bad.yaml", "extends: local\ntrain:\n  lr: 0.1\n  lr: 0.2\n")
+    result = run_cli("config", "show", "-c", str(path))
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("bad.yaml:4: train.lr: duplicate key (first at line 3)")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------------------- JSON schema
+
+
+def _metadata(cls: type, name: str) -> dict:
+    return dict(next(f for f in dataclasses.fields(cls) if f.name == name).metadata)
+
+
+@pytest.mark.parametrize(
+    ("key", "nullable", "expected"),
+    [
+        ("train.steps", False, {"type": "integer", "minimum": 1}),
+        ("train.steps", True, {"type": ["null", "integer"], "minimum": 1}),
+        ("train.lr", False, {"type": "number", "exclusiveMinimum": 0.0, "maximum": 1.0}),
+        ("data.val_fraction", False, {"type": "number", "minimum": 0.0, "exclusiveMaximum": 1.0}),
+        (
+            "train.ema_decay",
+            False,
+            {"type": ["null", "number"], "exclusiveMinimum": 0.0, "exclusiveMaximum": 1.0},
+        ),
+        ("train.precision", False, {"type": "string", "enum": ["fp32", "bf16", "fp16"]}),
+        ("slurm.executor", True, {"type": ["null", "string"], "enum": [None, "local", "slurm"]}),
+        ("train.compile", False, {"type": "boolean"}),
+        ("data.manifest", False, {"type": ["null", "string"]}),
+        ("preflight.sizes_mib", False, {"type": "array"}),
+        ("slurm.env", False, {"type": "object"}),
+        ("model.losses", False, {"type": "object"}),
+        ("train", False, {"type": "object"}),
+        ("model.losses.identity", False, {"type": "number", "minimum": 0.0}),
+    ],
+)
+def test_param_schema_turns_types_and_metadata_into_json_schema(key, nullable, expected):
+    assert param_schema(key, nullable=nullable) == expected
+
+
+def test_param_schema_bounds_are_the_fields_own():
+    from ffjobs.slurm.config import SlurmConfig
+    from ffjobs.train.config import TrainConfig
+
+    assert param_schema("train.steps")["minimum"] == _metadata(TrainConfig, "steps")["ge"]
+    lr = _metadata(TrainConfig, "lr")
+    assert param_schema("train.lr")["exclusiveMinimum"] == lr["gt"]
+    assert param_schema("train.lr")["maximum"] == lr["le"]
+    assert param_schema("slurm.nodes")["minimum"] == _metadata(SlurmConfig, "nodes")["ge"]
+
+
+def test_param_schema_choices_metadata_becomes_an_enum(monkeypatch):
+    from ffjobs.train.config import TrainConfig
+
+    steps = next(f for f in dataclasses.fields(TrainConfig) if f.name == "steps")
+    monkeypatch.setattr(steps, "metadata", {"choices": (100, 200)})
+    assert param_schema("train.steps", nullable=True) == {
+        "type": ["null", "integer"],
+        "enum": [None, 100, 200],
+    }
+
+
+@pytest.mark.parametrize("key", ["train.nope", "nope", "train.steps.sub"])
+def test_param_schema_unknown_key_raises(key):
+    with pytest.raises(KeyError, match="no config field"):
+        param_schema(key)

@@ -1,0 +1,99 @@
+"""The DAG's typed Params take their ranges from the config's field metadata, so the trigger form
+refuses what the config would refuse and nothing is written down twice.
+
+The DAG is parsed in a subprocess with its own AIRFLOW_HOME, as in ``test_dag_parsing.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ffjobs.config import param_schema
+from ffjobs.slurm.config import SlurmConfig
+from ffjobs.train.config import TrainConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+PARSE = textwrap.dedent(
+    """
+    import json, sys
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    dag = DagBag(dag_folder=sys.argv[1]).dags["ffjobs_pipeline"]
+
+    def accepts(name, value):
+        try:
+            dag.params.get_param(name).resolve(value)
+            return True
+        except ParamValidationError:
+            return False
+
+    print(json.dumps({
+        "schemas": {k: v.schema for k, v in dag.params.items()},
+        "accepts": {
+            "train_steps": [accepts("train_steps", v) for v in (None, 1, 0)],
+            "train_lr": [accepts("train_lr", v) for v in (None, 3e-4, 0.0, 1.5)],
+            "slurm_nodes": [accepts("slurm_nodes", v) for v in (None, 2, 0)],
+        },
+    }))
+    """
+)
+
+TYPED = {"train_steps": "train.steps", "train_lr": "train.lr", "slurm_nodes": "slurm.nodes"}
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    home = tmp_path_factory.mktemp("airflow-home")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", PARSE, str(REPO / "dags")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _metadata(cls: type, name: str) -> dict:
+    return dict(next(f for f in dataclasses.fields(cls) if f.name == name).metadata)
+
+
+def test_typed_params_carry_the_config_fields_bounds(parsed):
+    schemas = parsed["schemas"]
+    assert schemas["train_steps"]["minimum"] == _metadata(TrainConfig, "steps")["ge"]
+    assert schemas["train_lr"]["exclusiveMinimum"] == _metadata(TrainConfig, "lr")["gt"]
+    assert schemas["train_lr"]["maximum"] == _metadata(TrainConfig, "lr")["le"]
+    assert schemas["slurm_nodes"]["minimum"] == _metadata(SlurmConfig, "nodes")["ge"]
+
+
+def test_typed_params_are_the_param_schema_plus_a_title(parsed):
+    for name, key in TYPED.items():
+        schema = dict(parsed["schemas"][name])
+        assert schema.pop("title") == key
+        assert schema == param_schema(key, nullable=True)
+
+
+def test_the_form_refuses_what_the_config_refuses_and_empty_keeps_the_preset(parsed):
+    assert parsed["accepts"] == {
+        "train_steps": [True, True, False],
+        "train_lr": [True, True, False, False],
+        "slurm_nodes": [True, True, False],
+    }
