@@ -1,0 +1,572 @@
+"""What ended a training job, whether a retry can help, and which nodes to suspect.
+
+A pure function over what a finished job leaves behind (its SLURM state, exit codes and every
+rank's stdout/stderr), for the retry supervisor: no SLURM, no subprocess, standard library only.
+Lines at INFO level (``NCCL INFO``, c10d ``[I...]``) are never evidence: healthy runs print
+plenty of words like "failed" and "closed" there.
+
+Precedence, first match wins:
+
+1. SLURM ``NODE_FAIL``/``BOOT_FAIL`` (or slurmstepd's "DUE TO NODE FAILURE") -> NODE_FAILURE,
+   retryable: the hardware went away, whatever the logs say happened after it.
+2. ``PREEMPTED`` (or "DUE TO PREEMPTION") -> PREEMPTION, retryable.
+3. ``TIMEOUT``/``DEADLINE`` (or "DUE TO TIME LIMIT") -> TIMEOUT, retryable: resume from the
+   latest checkpoint.
+4. ``OUT_OF_MEMORY`` or an OOM line on any rank -> OUT_OF_MEMORY, retryable only with
+   ``retry_oom``. A rank that runs out of memory makes its peers' collectives fail, so its
+   OOM outranks their communicator errors.
+5. A rank's last traceback ends in a missing or changed dataset file (not a checkpoint, not a
+   config file) -> DATA, never retryable: the same file is missing next time.
+6. ffjobs' own ``ffjobs: error:``, ``ConfigError``/``UserError``, sbatch rejecting the job, NCCL
+   reporting invalid usage -> CONFIG, not retryable on the same config.
+7. A rank crashed with a traceback of its own and no communicator error, while its peers report
+   communicator errors -> USER_CODE: the peers only lost the crashed rank.
+8. Communicator evidence on any rank (NCCL, gloo, c10d store/network errors) -> COMMUNICATOR,
+   retryable with the suspect nodes excluded.
+9. Any other traceback -> USER_CODE, not retryable.
+10. Nothing recognised -> UNKNOWN, retryable: the supervisor's attempt budget bounds it, and an
+    unreadable end (a rank killed with no log) is more often the machine than the code. A job
+    ``CANCELLED`` with nothing in its logs is not retried: someone cancelled it on purpose.
+
+Suspect nodes (COMMUNICATOR, NODE_FAILURE and UNKNOWN only; they are the nodes to exclude on a
+retry) are the first culprit found of: a rank killed by a signal that reported no
+communicator error itself (the others are its victims); the ranks without a communicator error
+while all others have one (the hung or vanished peer); the peers that NCCL/gloo lines name, when
+the name or address maps to a rank's node. For NODE_FAILURE, the nodes SLURM named come first.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+MAX_LOG_BYTES = 1 << 20
+"""Only the tail of each rank's log is read: the end is where a job's failure is written."""
+MAX_EVIDENCE = 10
+MAX_EVIDENCE_CHARS = 300
+TRACEBACK_LINES = 15
+
+
+class FailureKind(StrEnum):
+    COMMUNICATOR = "communicator"
+    NODE_FAILURE = "node_failure"
+    PREEMPTION = "preemption"
+    TIMEOUT = "timeout"
+    OUT_OF_MEMORY = "out_of_memory"
+    USER_CODE = "user_code"
+    CONFIG = "config"
+    DATA = "data"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The verdict on one failed job."""
+
+    kind: FailureKind
+    retryable: bool
+    summary: str
+    """One line for a person, e.g. ``communicator failure (gloo); suspect node2; retryable``."""
+    evidence: tuple[str, ...] = ()
+    """The lines that decided it, each prefixed with its origin (``rank 1 (node2): ...``)."""
+    suspect_nodes: tuple[str, ...] = ()
+    traceback_excerpt: str | None = None
+    """USER_CODE and DATA: the last lines of the traceback that ended the job."""
+    data_file: str | None = None
+    """DATA: the dataset file that vanished or changed, as the error named it."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (enum as its value, tuples as lists)."""
+        out = asdict(self)
+        out["kind"] = self.kind.value
+        out["evidence"] = list(self.evidence)
+        out["suspect_nodes"] = list(self.suspect_nodes)
+        return out
+
+
+@dataclass
+class RankLog:
+    """What one rank left behind."""
+
+    rank: int
+    node: str | None
+    text: str
+    exit_code: int | None = None
+    """Negative: killed by that signal (``-9`` = SIGKILL); None: unknown (the rank never ended
+    cleanly as far as anyone saw)."""
+
+
+def read_rank_logs(
+    paths_by_rank: Mapping[int, Path],
+    nodes_by_rank: Mapping[int, str | None] | None = None,
+    exit_codes_by_rank: Mapping[int, int | None] | None = None,
+) -> list[RankLog]:
+    """One :class:`RankLog` per rank from its log file; missing or undecodable files are tolerated.
+
+    Each file's last :data:`MAX_LOG_BYTES` are read and decoded with replacement characters; a
+    file that is missing or unreadable gives an empty text (the rank left nothing). Ranks absent
+    from ``nodes_by_rank``/``exit_codes_by_rank`` get None.
+    """
+    nodes, codes = nodes_by_rank or {}, exit_codes_by_rank or {}
+    return [
+        RankLog(rank, nodes.get(rank), _read_tail(paths_by_rank[rank]), codes.get(rank))
+        for rank in sorted(paths_by_rank)
+    ]
+
+
+def _read_tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - MAX_LOG_BYTES))
+            data = handle.read()
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace")
+
+
+# --- signatures -------------------------------------------------------------------------------
+# Each is (name, pattern); the name says in a summary what was recognised.
+
+_COLLECTIVE_CONTEXT = (
+    r"(?:NCCL|gloo|c10d|ProcessGroup|TCPStore|socketProgress|Call to (?:recv|send))"
+)
+COMMUNICATOR_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(pattern))
+    for name, pattern in (
+        ("NCCL watchdog timeout", r"Watchdog caught collective operation timeout"),
+        ("NCCL timeout", r"\[E(?:\d{4} [\d:.]+)? ProcessGroupNCCL\.cpp:\d+\].*(?i:timeout|timed out)"),
+        ("NCCL communicator aborted", r"NCCL communicator was aborted|ncclCommAbort"),
+        ("ncclRemoteError", r"ncclRemoteError|remote process exited or there was a network error"),
+        ("ncclSystemError", r"ncclSystemError|NCCL error.*unhandled system error"),
+        ("ncclInternalError", r"ncclInternalError|NCCL error.*internal error"),
+        ("NCCL network error", r"NCCL WARN (?:NET/|Net :|socketProgress|Call to)"),
+        ("DistBackendError", r"\bDistBackendError\b"),
+        ("DistNetworkError", r"\bDistNetworkError\b"),
+        ("DistStoreError", r"\bDistStoreError\b"),
+        ("gloo connectFullMesh", r"Gloo connectFullMesh failed"),
+        ("gloo connection lost", r"gloo/transport/tcp/\w+\.cc:\d+\].*(?:Connection closed by peer|Read error|Write error)"),
+        ("gloo timeout", r"Timed out waiting \d+ms for (?:recv|send) operation to complete"),
+        ("gloo enforce", r"gloo::EnforceNotMet"),
+        ("gloo pair closed", r"Application timeout caused pair closure"),
+        ("connection reset", rf"{_COLLECTIVE_CONTEXT}.*Connection reset by peer"),
+        ("broken pipe", rf"{_COLLECTIVE_CONTEXT}.*Broken pipe"),
+        # ffjobs' own drill raises inside the all-reduce to rehearse this very retry path
+        ("injected collective failure", r"InjectedFault: injected failure inside all-reduce"),
+    )
+)  # fmt: skip
+
+OOM_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(pattern))
+    for name, pattern in (
+        ("CUDA out of memory", r"OutOfMemoryError|CUDA out of memory|Cuda failure.*out of memory"),
+        ("CPU allocator out of memory", r"DefaultCPUAllocator: not enough memory|^MemoryError\b"),
+        ("cgroup oom-kill", r"oom-kill|oom_kill|Memory cgroup out of memory"),
+        ("kernel OOM killer", r"(?i)out of memory: killed process|killed process \d+.*out of memory"),
+        ("srun out of memory", r"task \d+: Out Of Memory"),
+    )
+)  # fmt: skip
+_WEAK_OOM = re.compile(r"(?i)\boom\b|out of memory")
+"""Counts only on a rank that was SIGKILLed (exit 137 or -9): alone it is too vague."""
+
+CONFIG_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(pattern))
+    for name, pattern in (
+        ("ffjobs error", r"^ffjobs: error:"),
+        ("ffjobs config error", r"\b(?:ConfigError|UserError)\b"),
+        ("invalid generic resource", r"Invalid generic resource"),
+        ("sbatch rejected the job", r"sbatch: error: Batch job submission failed"),
+        # NCCL_SOCKET_IFNAME naming no interface fails the same way on every retry
+        ("NCCL found no socket interface", r"NCCL WARN Bootstrap : no socket interface found"),
+        ("NCCL invalid usage", r"ncclInvalidUsage|NCCL error.*invalid usage"),
+    )
+)  # fmt: skip
+
+# slurmstepd: "*** JOB 41 ON node1 CANCELLED AT 2026-11-30T09:32:12 DUE TO TIME LIMIT ***"
+_SLURM_CANCEL_REASON = re.compile(
+    r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO ([A-Z ]+)"
+)
+_SLURM_NODE_FAILURE = re.compile(r"\bNode failure on ([\w.-]+)")
+
+_INFO_LINE = re.compile(r"NCCL INFO|^\[I\d{4} |^\[I ")
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
+_TRACEBACK_HEADER = re.compile(r"^\s*(?:Original )?Traceback \(most recent call last\):")
+_EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$")
+# launcher exceptions that only report that a rank failed; the rank's own traceback is the story
+_WRAPPER_EXCEPTIONS = ("ChildFailedError", "LaunchFailed", "FailedJobError")
+
+_DATA_ERROR = re.compile(
+    r"No such file or directory|NoSuchKey|checksum|changed since validation", re.IGNORECASE
+)
+_QUOTED = re.compile(r"'([^']+)'|\"([^\"]+)\"")
+_PATH_TOKEN = re.compile(
+    r"s3://[^\s'\",;]+|(?:[\w.~-]*/)+[\w.-]+|\b[\w-]+\.[A-Za-z][A-Za-z0-9]{1,4}\b"
+)
+_CHECKPOINT_SUFFIXES = {".pt", ".pth", ".ckpt", ".safetensors"}
+_CONFIG_SUFFIXES = {".yaml", ".yml", ".toml", ".ini", ".cfg"}
+
+# peers named by NCCL ("peer 10.0.0.2<45678>", "remote peer node2.cluster<47861>") and gloo
+# ("[10.0.0.2]:14746"); a rank's own address is in its "Using eth0:10.0.0.1<0>" lines
+_PEER = re.compile(r"(?:peer|from) \[?([\w.:-]+?)\]?<\d+>|\[([\w.:-]+)\]:\d+")
+_OWN_ADDRESS = re.compile(r"(?:Bootstrap|NET/\w+|OOB).*?\b\w+:(\d+\.\d+\.\d+\.\d+)<\d+>")
+
+
+@dataclass
+class _Traceback:
+    lines: list[str]
+    """Header, frames, the exception line and its continuation lines."""
+    exception_at: int
+    """Index of the exception line in ``lines``."""
+    exception_type: str
+    message: str
+
+    @property
+    def short_type(self) -> str:
+        return self.exception_type.rsplit(".", 1)[-1]
+
+    @property
+    def ending(self) -> str:
+        """The exception line and what follows it (NCCL puts its detail on further lines)."""
+        return "\n".join(self.lines[self.exception_at :])
+
+    @property
+    def exception_line(self) -> str:
+        return self.lines[self.exception_at]
+
+
+@dataclass
+class _RankFindings:
+    log: RankLog
+    lines: list[str]
+    """The log's non-INFO lines, rank prefixes stripped."""
+    communicator: list[tuple[str, str]] = field(default_factory=list)
+    oom: list[tuple[str, str]] = field(default_factory=list)
+    config: list[tuple[str, str]] = field(default_factory=list)
+    traceback: _Traceback | None = None
+
+    @property
+    def origin(self) -> str:
+        node = f" ({self.log.node})" if self.log.node else ""
+        return f"rank {self.log.rank}{node}"
+
+    @property
+    def killed_by(self) -> int | None:
+        code = self.log.exit_code
+        return -code if code is not None and code < 0 else None
+
+    def evidence(self, matches: Iterable[tuple[str, str]]) -> list[str]:
+        return [f"{self.origin}: {line.strip()[:MAX_EVIDENCE_CHARS]}" for _, line in matches]
+
+
+def classify_failure(
+    state: str | None,
+    exit_code: int | None,
+    ranks: Sequence[RankLog],
+    *,
+    retry_oom: bool = False,
+) -> Failure:
+    """Decide what ended a job: kind, whether to retry, evidence, suspect nodes.
+
+    ``state`` is the normalised SLURM job state (None for a local launch), ``exit_code`` the
+    job's, ``ranks`` what each rank printed. ``retry_oom`` makes OUT_OF_MEMORY retryable, for a
+    supervisor that changes something (fewer images per GPU) before it retries. See the module
+    docstring for the precedence.
+    """
+    findings = [_scan(log) for log in sorted(ranks, key=lambda log: log.rank)]
+    state = (state or "").upper()
+    if state in ("", "CANCELLED"):  # PreemptMode=CANCEL and scancel both record CANCELLED
+        state = _state_from_logs(findings) or state
+    state_line = [f"slurm: job state {state}"] if state else []
+
+    if state in ("NODE_FAIL", "BOOT_FAIL"):
+        reports = [(f, m) for f in findings for m in map(_SLURM_NODE_FAILURE.search, f.lines) if m]
+        suspects = (
+            _unique(m.group(1) for _, m in reports)
+            or _culprit_nodes(findings)
+            or _unfinished_nodes(findings)
+        )
+        return Failure(
+            kind=FailureKind.NODE_FAILURE,
+            retryable=True,
+            summary=f"node failure ({state}); suspect {_names(suspects)}; retry without them",
+            evidence=_cap(state_line + [f"{f.origin}: {m.string.strip()}" for f, m in reports]),
+            suspect_nodes=suspects,
+        )
+    if state == "PREEMPTED":
+        return Failure(
+            kind=FailureKind.PREEMPTION,
+            retryable=True,
+            summary="preempted by SLURM; a retry resumes from the latest checkpoint",
+            evidence=_cap(state_line),
+        )
+    if state in ("TIMEOUT", "DEADLINE"):
+        return Failure(
+            kind=FailureKind.TIMEOUT,
+            retryable=True,
+            summary=f"hit the time limit ({state}); a retry resumes from the latest checkpoint",
+            evidence=_cap(state_line),
+        )
+
+    oom = [f for f in findings if f.oom]
+    if state == "OUT_OF_MEMORY" or oom:
+        where = ", ".join(f.origin for f in oom) or "the job"
+        advice = "retried (retry_oom)" if retry_oom else "not retried: lower the batch size"
+        return Failure(
+            kind=FailureKind.OUT_OF_MEMORY,
+            retryable=retry_oom,
+            summary=f"out of memory on {where}; {advice}",
+            evidence=_cap(
+                (state_line if state == "OUT_OF_MEMORY" else [])
+                + [e for f in oom for e in f.evidence(f.oom)]
+            ),
+        )
+
+    for f in findings:
+        data_file = _data_file(f.traceback)
+        if f.traceback is not None and data_file is not None:
+            return Failure(
+                kind=FailureKind.DATA,
+                retryable=False,
+                summary=f"dataset file missing or changed on {f.origin}: {data_file or '?'}; "
+                "re-validate the dataset, not retried",
+                evidence=_cap(f.evidence([("", f.traceback.exception_line)])),
+                traceback_excerpt=_excerpt(f.traceback),
+                data_file=data_file or None,
+            )
+
+    config = [f for f in findings if f.config]
+    if config:
+        first = config[0]
+        return Failure(
+            kind=FailureKind.CONFIG,
+            retryable=False,
+            summary=f"configuration error ({first.config[0][0]}) on {first.origin}; "
+            "fix it, not retried",
+            evidence=_cap(e for f in config for e in f.evidence(f.config)),
+        )
+
+    communicator = [f for f in findings if f.communicator]
+    # a Python exception exits with a status, not a signal: a killed rank's traceback is older
+    crashed = [f for f in findings if f.traceback and not f.communicator and not f.killed_by]
+    if crashed:
+        first, traceback = crashed[0], crashed[0].traceback
+        assert traceback is not None
+        lost = f"; {len(communicator)} peer rank(s) lost it" if communicator else ""
+        return Failure(
+            kind=FailureKind.USER_CODE,
+            retryable=False,
+            summary=f"{traceback.short_type} on {first.origin}{lost}; not retried",
+            evidence=_cap(first.evidence([("", traceback.exception_line)])),
+            traceback_excerpt=_excerpt(traceback),
+        )
+
+    suspects = _culprit_nodes(findings)
+    if communicator:
+        recognised = _unique(name for f in communicator for name, _ in f.communicator)
+        culprits_first = sorted(communicator, key=lambda f: f.log.node not in suspects)
+        return Failure(
+            kind=FailureKind.COMMUNICATOR,
+            retryable=True,
+            summary=f"communicator failure ({', '.join(recognised[:3])}) on "
+            f"{len(communicator)} rank(s); suspect {_names(suspects)}; retryable",
+            evidence=_cap(
+                _killed_lines(findings)
+                + [e for f in culprits_first for e in f.evidence(f.communicator)]
+            ),
+            suspect_nodes=suspects,
+        )
+
+    if state == "CANCELLED":
+        return Failure(
+            kind=FailureKind.UNKNOWN,
+            retryable=False,
+            summary="cancelled with no failure in the logs; not retried",
+            evidence=_cap(state_line),
+        )
+    code = f"exit code {exit_code}" if exit_code is not None else "no exit code"
+    return Failure(
+        kind=FailureKind.UNKNOWN,
+        retryable=True,
+        summary=f"unrecognised failure ({state or 'local launch'}, {code}); "
+        f"suspect {_names(suspects)}; retryable within the attempt budget",
+        evidence=_cap(state_line + _killed_lines(findings)),
+        suspect_nodes=suspects,
+    )
+
+
+# --- per-rank scanning ------------------------------------------------------------------------
+
+
+def _scan(log: RankLog) -> _RankFindings:
+    lines = [_RANK_PREFIX.sub("", line).rstrip() for line in log.text.splitlines()]
+    findings = _RankFindings(log, [line for line in lines if not _INFO_LINE.search(line)])
+    killed = log.exit_code in (137, -signal.SIGKILL)
+    for line in findings.lines:
+        for target, signatures in (
+            (findings.communicator, COMMUNICATOR_SIGNATURES),
+            (findings.oom, OOM_SIGNATURES),
+            (findings.config, CONFIG_SIGNATURES),
+        ):
+            name = next((name for name, pattern in signatures if pattern.search(line)), None)
+            if name is not None:
+                target.append((name, line))
+        if killed and not findings.oom and _WEAK_OOM.search(line):
+            findings.oom.append(("killed with an OOM line", line))
+    for group in (findings.communicator, findings.oom, findings.config):
+        group[:] = _dedup(group)
+    findings.traceback = _last_traceback(lines)
+    return findings
+
+
+def _dedup(matches: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The first line of each signature: the watchdog repeats itself per collective and again in
+    the exception that ends the process."""
+    first: dict[str, str] = {}
+    for name, line in matches:
+        first.setdefault(name, line)
+    return list(first.items())
+
+
+def _last_traceback(lines: list[str]) -> _Traceback | None:
+    """The last traceback that is not a launcher's wrapper; None if the rank printed none."""
+    found = None
+    for start, line in enumerate(lines):
+        if not _TRACEBACK_HEADER.match(line):
+            continue
+        block = [line.strip()]
+        for follow in lines[start + 1 :]:
+            if follow.startswith((" ", "\t")):
+                block.append(follow)
+                continue
+            match = _EXCEPTION_LINE.match(follow)
+            if match is None:
+                break  # not a traceback after all, or a truncated one
+            at = len(block)
+            block.append(follow)
+            block += _continuation(lines, start + len(block))
+            if not match.group("type").endswith(_WRAPPER_EXCEPTIONS):
+                found = _Traceback(block, at, match.group("type"), match.group("message") or "")
+            break
+    return found
+
+
+def _continuation(lines: list[str], start: int, limit: int = 4) -> list[str]:
+    """Lines continuing an exception's message, up to the next blank, log or traceback line."""
+    out = []
+    for line in lines[start : start + limit]:
+        if not line.strip() or line.startswith(("[", " ")) or _TRACEBACK_HEADER.match(line):
+            break
+        out.append(line)
+    return out
+
+
+def _excerpt(traceback: _Traceback) -> str:
+    return "\n".join(traceback.lines[-TRACEBACK_LINES:])
+
+
+def _data_file(traceback: _Traceback | None) -> str | None:
+    """The dataset file a traceback's exception names; "" if unnamed; None if not a data error."""
+    if traceback is None:
+        return None
+    message = traceback.message
+    if traceback.short_type != "FileNotFoundError" and not _DATA_ERROR.search(message):
+        return None
+    quoted = [a or b for a, b in _QUOTED.findall(message)]
+    candidates = quoted or _PATH_TOKEN.findall(message)
+    path = next((c for c in reversed(candidates) if "/" in c or PurePosixPath(c).suffix), None)
+    if path is None:
+        # a missing command or library is not data; a data error need not name its file
+        return "" if traceback.short_type != "FileNotFoundError" else None
+    name = PurePosixPath(path.lower())
+    if "checkpoint" in path.lower() or name.suffix in _CHECKPOINT_SUFFIXES:
+        return None
+    if name.suffix in _CONFIG_SUFFIXES or "config" in name.name:
+        return None
+    return path
+
+
+# --- job-level helpers ------------------------------------------------------------------------
+
+
+def _state_from_logs(findings: list[_RankFindings]) -> str:
+    """The state slurmstepd's cancel banner implies (PreemptMode=CANCEL records CANCELLED)."""
+    reasons = {"NODE FAILURE": "NODE_FAIL", "PREEMPTION": "PREEMPTED", "TIME LIMIT": "TIMEOUT"}
+    for f in findings:
+        for line in f.lines:
+            match = _SLURM_CANCEL_REASON.search(line)
+            if match and match.group(1).strip() in reasons:
+                return reasons[match.group(1).strip()]
+    return ""
+
+
+def _culprit_nodes(findings: list[_RankFindings]) -> tuple[str, ...]:
+    """Nodes of the ranks that failed first; their peers' errors are only the echo."""
+    talking = [f for f in findings if f.communicator]
+    # a rank killed by a signal that did not report a communicator error is the cause
+    killed = [f for f in findings if f.killed_by and not f.communicator]
+    # a rank silent (and not finished) while the others report communicator errors hung or
+    # vanished; silent ranks outnumbering the reporters were more likely torn down afterwards
+    silent = [f for f in findings if not f.communicator and f.log.exit_code != 0]
+    for culprits in (killed, silent):
+        nodes = _unique(f.log.node for f in culprits)
+        if nodes and talking and len(culprits) <= len(talking):
+            return nodes
+    return _named_peers(findings)
+
+
+def _named_peers(findings: list[_RankFindings]) -> tuple[str, ...]:
+    """Nodes that communicator lines name as the remote peer, by host name or by address."""
+    nodes = {f.log.node for f in findings if f.log.node}
+    address_to_node = {
+        match.group(1): f.log.node
+        for f in findings
+        if f.log.node
+        for line in f.log.text.splitlines()
+        if (match := _OWN_ADDRESS.search(line))
+    }
+    named = []
+    for f in findings:
+        for _, line in f.communicator:
+            for match in _PEER.finditer(line):
+                peer = match.group(1) or match.group(2)
+                node = address_to_node.get(peer) or (
+                    peer.split(".")[0] if peer.split(".")[0] in nodes else None
+                )
+                if node and node != f.log.node:
+                    named.append(node)
+    return _unique(named)
+
+
+def _unfinished_nodes(findings: list[_RankFindings]) -> tuple[str, ...]:
+    """Nodes of ranks with no recorded end (a node that died takes its exit codes along)."""
+    return _unique(f.log.node for f in findings if f.log.exit_code is None and f.log.node)
+
+
+def _killed_lines(findings: list[_RankFindings]) -> list[str]:
+    lines = []
+    for f in findings:
+        if f.killed_by and not f.communicator:
+            try:
+                name = signal.Signals(f.killed_by).name
+            except ValueError:
+                name = "an unknown signal"
+            lines.append(f"{f.origin}: killed by signal {f.killed_by} ({name})")
+    return lines
+
+
+def _unique(items: Iterable[str | None]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(item for item in items if item))
+
+
+def _names(nodes: Sequence[str]) -> str:
+    return ", ".join(nodes) if nodes else "none identified"
+
+
+def _cap(lines: Iterable[str]) -> tuple[str, ...]:
+    return _unique(lines)[:MAX_EVIDENCE]
