@@ -1,0 +1,26 @@
+"""Process-wide state a training run sets up first: kernel selection and random seeds."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+
+def configure_backends(deterministic: bool, device: torch.device) -> None:
+    """Deterministic kernels (exact resume) or, on CUDA, cuDNN autotuning and TF32 matmuls."""
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=False)
+        torch.backends.cudnn.benchmark = False
+    elif device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's, numpy's and torch's global generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
