@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "ffjobs.train.commands",
     "ffjobs.bench.commands",
     "ffjobs.pipeline",
+    "ffjobs.runs.commands",
 )
 
 
@@ -51,10 +52,32 @@ def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
+def add_nproc_argument(parser: argparse.ArgumentParser) -> None:
+    """``--nproc N``: ranks on this machine, a shorthand for ``--set slurm.tasks_per_node=N``."""
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        metavar="N",
+        help="ranks to start on this machine (sets slurm.tasks_per_node; default: the config's)",
+    )
+
+
+def overrides_from_args(args: argparse.Namespace) -> list[str]:
+    """``--set`` strings, plus what shorthand options such as ``--nproc`` stand for."""
+    overrides = list(args.overrides)
+    nproc = getattr(args, "nproc", None)
+    if nproc is not None:
+        if nproc < 1:
+            raise UserError(f"--nproc: must be >= 1, got {nproc}")
+        overrides.append(f"slurm.tasks_per_node={nproc}")
+    return overrides
+
+
 def config_from_args(args: argparse.Namespace):
     from ffjobs.config import load_config
 
-    return load_config(args.config, args.overrides)
+    return load_config(args.config, overrides_from_args(args))
 
 
 def print_json(obj: Any) -> None:

@@ -69,7 +69,9 @@ class Config:
     """The whole resolved configuration of one pipeline run."""
 
     name: str = "local"
-    """Name of the run family; used for MLflow experiment and SLURM job names."""
+    """Name of the run family: the first part of every run key (``<name>-<stamp>-<random>``)."""
+    runs_dir: str = "runs"
+    """Where run directories go: ``<runs_dir>/<run key>/`` (config, record, reports, logs)."""
     data: DataConfig = field(default_factory=DataConfig)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -1,17 +1,44 @@
-"""Environment of N ranks started as processes on this machine (torchrun-style, loopback).
+"""The one local launcher: N ranks as processes on this machine with a loopback rendezvous.
 
-Shared by the local launchers of training and preflight; standard library only, so a launcher
-starts its ranks without importing torch itself.
+Training and preflight both start their ranks here (torchrun-style ``RANK``/``WORLD_SIZE``/
+``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT``), under one failure contract: the first rank
+that exits abnormally stops the others at once (as ``srun --kill-on-bad-exit`` would: a job
+missing a rank can only hang in its next collective), and the error names that rank, how it
+ended and its log. Every rank's output goes to ``<log_dir>/rank-<N>.log``; rank 0's is also
+shown on the console. Standard library only, so a launcher starts its ranks without importing
+torch itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
-from collections.abc import Mapping
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO
 
 # Variables that would make a rank believe it is a SLURM/submitit task instead of a local one.
 SCHEDULER_VARS = ("SUBMITIT_EXECUTOR", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
+
+STOPPED_ON_REQUEST = 3
+"""Exit status of a rank that checkpointed and stopped on a signal (every rank agrees on it)."""
+
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+"""Pre-emption and time-limit signals: passed on to every rank, which checkpoint and stop."""
+
+
+class LaunchFailed(RuntimeError):
+    """A rank ended abnormally (the others were stopped), or the ranks ran out of time."""
+
+    def __init__(self, message: str, *, rank: int | None, returncode: int | None, log: Path):
+        super().__init__(message)
+        self.rank, self.returncode, self.log = rank, returncode, log
 
 
 def free_loopback_port() -> int:
@@ -40,6 +67,153 @@ def rank_environment(
         LOCAL_WORLD_SIZE=str(nproc),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
+        PYTHONUNBUFFERED="1",
     )
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     return env
+
+
+def launched_rank(environ: Mapping[str, str] | None = None) -> bool:
+    """True in a process that an outside launcher (torchrun, srun with several tasks) started
+    as one rank of a job: it must run that rank itself instead of starting ranks of its own."""
+    env = os.environ if environ is None else environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return True
+    return "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1
+
+
+def external_run_key(environ: Mapping[str, str] | None = None) -> str | None:
+    """The key all ranks of an outside launch share: torchrun's ``--rdzv-id``, else the SLURM
+    job's id; ``None`` when neither names the job."""
+    env = os.environ if environ is None else environ
+    rdzv = env.get("TORCHELASTIC_RUN_ID")
+    if rdzv and rdzv != "none":  # "none" is torchrun's default when --rdzv-id is not given
+        return rdzv
+    job = env.get("SLURM_ARRAY_JOB_ID") or env.get("SLURM_JOB_ID")
+    return f"slurm-{job}" if job else None
+
+
+def rank_log(log_dir: Path, rank: int) -> Path:
+    return log_dir / f"rank-{rank:05d}.log"
+
+
+def launch_ranks(
+    command: Callable[[int], Sequence[str]],
+    nproc: int,
+    log_dir: Path,
+    *,
+    console: IO[str] | None = None,
+    timeout_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Run ``command(rank)`` for ranks ``0..nproc-1`` to completion.
+
+    ``console`` (default ``sys.stdout``) receives rank 0's output as it comes. Exit statuses
+    0 and :data:`STOPPED_ON_REQUEST` are normal ends. Raises :class:`LaunchFailed` naming the
+    first rank that ended otherwise (after stopping the rest) or, past ``timeout_s``, the
+    ranks still running.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    console = console if console is not None else sys.stdout
+    port = free_loopback_port()
+    procs: list[subprocess.Popen] = []
+    pumps: list[threading.Thread] = []
+    try:
+        for rank in range(nproc):
+            proc = subprocess.Popen(
+                list(command(rank)),
+                env=rank_environment(rank, nproc, port, base=env),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+            procs.append(proc)
+            pump = threading.Thread(
+                target=_pump,
+                args=(proc.stdout, rank_log(log_dir, rank), console if rank == 0 else None),
+                daemon=True,
+            )
+            pump.start()
+            pumps.append(pump)
+        failure = _wait_all(procs, timeout_s)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        for pump in pumps:
+            pump.join(timeout=10)
+    if failure is None:
+        return
+    rank, code = failure
+    log = rank_log(log_dir, rank if rank is not None else 0)
+    if rank is None:
+        raise LaunchFailed(
+            f"ranks did not finish within {timeout_s:g} s and were stopped; see {log_dir}",
+            rank=None,
+            returncode=None,
+            log=log,
+        )
+    how = f"signal {-code}" if code < 0 else f"exit status {code}"
+    others = "; the other ranks were stopped" if nproc > 1 else ""
+    tail = _last_lines(log)
+    raise LaunchFailed(
+        f"rank {rank} ended with {how}{others}; its log: {log}" + (f"\n{tail}" if tail else ""),
+        rank=rank,
+        returncode=code,
+        log=log,
+    )
+
+
+def _pump(stream: IO[bytes], log: Path, console: IO[str] | None) -> None:
+    """Copy one rank's output into its log file (and the console) line by line."""
+    with log.open("wb") as out:
+        for line in iter(stream.readline, b""):
+            out.write(line)
+            out.flush()
+            if console is not None:
+                with contextlib.suppress(ValueError, OSError):  # console closed under us
+                    console.write(line.decode(errors="replace"))
+                    console.flush()
+    stream.close()
+
+
+def _wait_all(
+    procs: list[subprocess.Popen], timeout_s: float | None
+) -> tuple[int | None, int] | None:
+    """Wait for every rank; on the first abnormal end kill the rest and return ``(rank, code)``;
+    past the deadline kill all and return ``(None, 0)``."""
+    forwarded = {}
+
+    def forward(signum: int, _frame: object) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    for sig in FORWARDED_SIGNALS:
+        with contextlib.suppress(ValueError):  # not the main thread
+            forwarded[sig] = signal.signal(sig, forward)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        while True:
+            codes = [proc.poll() for proc in procs]
+            for rank, code in enumerate(codes):
+                if code not in (None, 0, STOPPED_ON_REQUEST):
+                    return rank, code
+            if all(code is not None for code in codes):
+                return None
+            if deadline is not None and time.monotonic() > deadline:
+                return None, 0
+            time.sleep(0.05)
+    finally:
+        for sig, handler in forwarded.items():
+            signal.signal(sig, handler)
+
+
+def _last_lines(log: Path, count: int = 12) -> str:
+    """The end of a rank's log (its traceback, usually), indented for an error message."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join("  | " + line for line in lines[-count:])

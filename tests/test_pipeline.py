@@ -1,5 +1,6 @@
-"""``ffjobs run``, the README's main job: every stage runs, in order, into one MLflow run;
-the first stage that says no stops the pipeline with its exit code."""
+"""``ffjobs run``, the README's main job: every invocation is a new run (own key, run directory,
+checkpoint folder and MLflow run); ``--resume`` continues one; the first stage that says no
+stops the pipeline with its exit code."""
 
 from __future__ import annotations
 
@@ -22,45 +23,129 @@ QUICK = [
 ]  # fmt: skip
 
 
+def ffjobs(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "ffjobs.cli", *args]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
 def ffjobs_run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable,
-        "-m",
-        "ffjobs.cli",
-        "run",
-        "--config",
-        str(REPO / "configs/local.yaml"),
-    ]
-    return subprocess.run([*command, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    return ffjobs(cwd, "run", "--config", str(REPO / "configs/local.yaml"), *args)
+
+
+def mlflow_client(cwd: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{cwd / 'runs/mlflow.db'}")
+
+
+def snapshot(client, run_id: str) -> dict:
+    """What a later run must leave alone: status, end time, params and every metric point."""
+    run = client.get_run(run_id)
+    metrics = {
+        key: [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+        for key in run.data.metrics
+    }
+    return {
+        "status": run.info.status,
+        "end_time": run.info.end_time,
+        "params": dict(run.data.params),
+        "metrics": metrics,
+    }
 
 
 @pytest.mark.slow
-def test_whole_pipeline_runs_and_records_one_mlflow_run(tmp_path):
-    result = ffjobs_run(tmp_path, *QUICK, "--json")
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads(result.stdout)
-    assert [s["name"] for s in summary["stages"]] == ["validate", "preflight", "train"]
-    assert all(s["status"] == "passed" for s in summary["stages"])
-    assert "PASS" in summary["stages"][1]["summary"]
-    assert "steps 0 -> 4" in summary["stages"][2]["summary"]
-    run_dir = tmp_path / summary["run_dir"]
+def test_each_run_is_its_own_and_resume_continues_one(tmp_path):
+    first = ffjobs_run(tmp_path, *QUICK, "--json")
+    assert first.returncode == 0, first.stderr[-3000:]
+    one = json.loads(first.stdout)
+    assert [s["name"] for s in one["stages"]] == ["validate", "preflight", "train"]
+    assert all(s["status"] == "passed" for s in one["stages"])
+    assert "PASS" in one["stages"][1]["summary"]
+    assert "steps 0 -> 4" in one["stages"][2]["summary"]
+    run_dir = tmp_path / one["run_dir"]
+    assert run_dir == tmp_path / "runs" / one["run_key"]
     assert (run_dir / "validation" / "report.json").exists()
-    assert json.loads((run_dir / "summary.json").read_text())["passed"] is True
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "passed"
+    assert one["checkpoint_dir"] == str(Path("runs/checkpoints") / one["run_key"])
+    assert (tmp_path / one["checkpoint_dir"] / "step-00000004.pt").exists()
 
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'runs/mlflow.db'}")
-    run = client.get_run(summary["mlflow_run_id"])
-    assert run.data.tags["ffjobs.validate"] == "passed"
-    assert run.data.tags["ffjobs.train"] == "passed"
+    client = mlflow_client(tmp_path)
+    run = client.get_run(one["mlflow_run_id"])
+    assert run.info.run_name == one["run_key"]
+    assert run.data.tags["ffjobs.run_key"] == one["run_key"]
+    assert run.data.tags["ffjobs.validate"] == run.data.tags["ffjobs.train"] == "passed"
     assert run.data.params["train.steps"] == "4"
-    assert "validate_seconds" in run.data.metrics
     # training logged into the pipeline's run, not a run of its own
-    assert any(key.startswith("loss") or "img" in key for key in run.data.metrics), run.data.metrics
+    assert any(key.startswith("loss") for key in run.data.metrics), run.data.metrics
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "validate")}
     assert "validate/report.json" in artifacts
+    before = snapshot(client, one["mlflow_run_id"])
+    assert before["status"] == "FINISHED"
+
+    # the same command again: a new run that trains from step 0 and touches nothing of the first
+    second = ffjobs_run(tmp_path, *QUICK, "--json")
+    assert second.returncode == 0, second.stderr[-3000:]
+    two = json.loads(second.stdout)
+    assert two["run_key"] != one["run_key"] and two["run_dir"] != one["run_dir"]
+    assert two["checkpoint_dir"] != one["checkpoint_dir"]
+    assert two["mlflow_run_id"] != one["mlflow_run_id"]
+    assert "steps 0 -> 4" in two["stages"][2]["summary"]
+    assert snapshot(client, one["mlflow_run_id"]) == before
     experiment = client.get_experiment_by_name("ffjobs")
-    assert len(client.search_runs([experiment.experiment_id])) == 1
+    assert len(client.search_runs([experiment.experiment_id])) == 2
+
+    # resuming the first run with nothing left to train says so, and is not a fresh success
+    same = ffjobs(tmp_path, "run", "--resume", one["run_key"], "--json")
+    assert same.returncode == 0, same.stderr[-3000:]
+    train = json.loads(same.stdout)["stages"][2]
+    assert train["status"] == "skipped" and "nothing to train" in train["summary"]
+
+    # raising train.steps continues the first run: its checkpoints, its MLflow run
+    more = ffjobs(tmp_path, "run", "--resume", one["run_key"], "--set", "train.steps=6", "--json")
+    assert more.returncode == 0, more.stderr[-3000:]
+    resumed = json.loads(more.stdout)
+    assert resumed["run_key"] == one["run_key"]
+    assert resumed["mlflow_run_id"] == one["mlflow_run_id"]
+    assert resumed["checkpoint_dir"] == one["checkpoint_dir"]
+    assert "steps 4 -> 6" in resumed["stages"][2]["summary"]
+    after = snapshot(client, one["mlflow_run_id"])
+    assert after["status"] == "FINISHED"
+    steps = [step for step, _ in after["metrics"]["loss_identity"]]
+    assert steps == [2, 4, 6]  # the earlier points kept, the new ones appended, none twice
+    assert snapshot(client, two["mlflow_run_id"])["metrics"]["loss_identity"]
+
+    # ffjobs runs: both runs, newest first; one run's stages, checkpoint and MLflow link
+    listed = json.loads(ffjobs(tmp_path, "runs", "list", "--json").stdout)
+    assert {r["key"] for r in listed} == {one["run_key"], two["run_key"]}
+    shown = ffjobs(tmp_path, "runs", "show", one["run_key"], "--json")
+    assert shown.returncode == 0, shown.stderr
+    detail = json.loads(shown.stdout)
+    assert detail["latest_checkpoint"]["step"] == 6 and detail["passes"] == 3
+    assert [s["name"] for s in detail["stages"]] == ["validate", "preflight", "train"]
+    assert one["mlflow_run_id"] in detail["mlflow"]
+    human = ffjobs(tmp_path, "runs", "show", one["run_key"])
+    assert "latest verified step 6" in human.stdout and "[ passed] train" in human.stdout
+
+
+@pytest.mark.slow
+def test_resume_refuses_another_model_shape_or_dataset(tmp_path):
+    first = ffjobs_run(tmp_path, *QUICK, "--stages", "validate", "--json")
+    assert first.returncode == 0, first.stderr[-3000:]
+    key = json.loads(first.stdout)["run_key"]
+    record = (tmp_path / "runs" / key / "run.json").read_text()
+
+    wider = ffjobs(tmp_path, "run", "--resume", key, "--set", "model.width=48")
+    assert wider.returncode == 2
+    assert wider.stderr.count("\n") == 1 and "Traceback" not in wider.stderr
+    assert "model.width is 48 but the run was started with 32" in wider.stderr
+    assert (tmp_path / "runs" / key / "run.json").read_text() == record  # nothing changed
+
+    from ffjobs.data.synth import generate_dataset
+
+    other = generate_dataset(tmp_path / "other", identities=6, per_identity=4, seed=7)
+    moved = ffjobs(tmp_path, "run", "--resume", key, "--set", f"data.source={other}")
+    assert moved.returncode == 2, moved.stderr[-2000:]
+    assert "the data changed" in moved.stderr and "Traceback" not in moved.stderr
 
 
 def test_failed_validation_stops_before_training(tmp_path):
@@ -80,3 +165,18 @@ def test_unknown_stage_is_a_usage_error(tmp_path):
     assert result.returncode == 2
     assert "--stages: unknown stage deploy" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_options_that_cannot_work_together_are_refused_before_any_stage(tmp_path):
+    slurm = ffjobs_run(tmp_path, "--set", "slurm.executor=slurm")
+    assert slurm.returncode == 2 and "slurm.executor" in slurm.stderr
+    assert not (tmp_path / "runs").exists()  # nothing was created, nothing ran
+    both = ffjobs_run(tmp_path, "--resume", "a-run", "--run-key", "b-run")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    config = ffjobs(tmp_path, "run", "--resume", "a-run", "--config", "local")
+    assert config.returncode == 2 and "--set instead of --config" in config.stderr
+    missing = ffjobs(tmp_path, "run", "--resume", "no-such-run")
+    assert missing.returncode == 2 and "run no-such-run not found" in missing.stderr
+    bad_key = ffjobs_run(tmp_path, "--run-key", "../escape")
+    assert bad_key.returncode == 2 and "run key '../escape'" in bad_key.stderr
+    assert not (tmp_path / "runs").exists()

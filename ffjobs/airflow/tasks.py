@@ -1,14 +1,16 @@
 """The bodies of the ``ffjobs_pipeline`` DAG's tasks: one ffjobs stage each.
 
-The first task resolves the config from the DAG run's Params, creates the run directory and
-starts the MLflow run; each later task rebuilds the run from the XCom state its upstream
-returned and reopens the same MLflow run; the last task ends it. So one DAG run is one run
-directory and one MLflow run, exactly as with ``ffjobs run``.
+The first task resolves the config from the DAG run's Params and creates the run (run key, run
+directory, MLflow run; or resumes the run named by the ``resume`` Param); each later task
+attaches to it by its run directory, handed down in XCom with the run key, the MLflow run id
+and the stage's small facts (never the config: it is in the run directory). The last task ends
+the MLflow run. So one DAG run is one run, exactly as with ``ffjobs run``.
 
 A stage that says no (validation policy, preflight FAIL) and a config mistake fail the task
 for good (``AirflowFailException``): retrying cannot change the answer. A retryable training
-failure, or an unexpected error, is raised as is so Airflow's retries apply; the MLflow run is
-ended as FAILED only when no retry is left.
+failure, or an unexpected error, is raised as is so Airflow's retries apply; the run is ended
+as FAILED only when no retry is left. A training stage with nothing left to train is skipped
+(``AirflowSkipException``), never reported as a fresh success.
 """
 
 from __future__ import annotations
@@ -16,21 +18,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Any
 
 from airflow.sdk import get_current_context
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from ffjobs.config import Config, config_from_dict, load_config
+from ffjobs.config import Config, load_config
 from ffjobs.errors import ExitCode, UserError
-from ffjobs.pipeline import (
-    PipelineRun,
-    attach_pipeline_run,
-    finish_pipeline_run,
-    run_stage,
-    start_pipeline_run,
-)
+from ffjobs.runs.run import Run, attach_run, create_run, finish_run, resume_run
+from ffjobs.runs.stages import STAGES, check_plan, run_stage
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +35,16 @@ PARAM_OVERRIDES: dict[str, str] = {
     "train_lr": "train.lr",
     "data_source": "data.source",
     "slurm_nodes": "slurm.nodes",
+    "nproc": "slurm.tasks_per_node",
 }
 """Typed DAG Params and the config key each one sets (left empty, the preset's value stays)."""
 
-DEFAULT_NPROC = 2
+STAGE_FACTS: dict[str, tuple[str, ...]] = {
+    "validate": ("fingerprint", "report"),
+    "preflight": ("verdict", "report"),
+    "train": ("checkpoint", "final_step"),
+}
+"""The facts each task puts in XCom (``validation_fingerprint``, ..., ``checkpoint``)."""
 
 
 def overrides_from_params(params: Mapping[str, Any]) -> list[str]:
@@ -56,70 +58,66 @@ def overrides_from_params(params: Mapping[str, Any]) -> list[str]:
 
 
 def config_from_params(params: Mapping[str, Any]) -> Config:
-    """Load ``params["config"]`` (a preset name or YAML path) with the Params' overrides."""
+    """Load ``params["config"]`` (a preset name or YAML path) with the Params' overrides; with
+    ``params["resume"]``, the config that run was started with plus the overrides."""
     try:
+        if params.get("resume"):
+            from ffjobs.runs.run import CONFIG_FILE, find_run_dir
+
+            overrides = overrides_from_params(params)
+            runs_dir = load_config(params.get("config") or "local", overrides).runs_dir
+            run_dir = find_run_dir(str(params["resume"]), runs_dir)
+            return load_config(run_dir / CONFIG_FILE, overrides)
         return load_config(params.get("config") or "local", overrides_from_params(params))
     except UserError as exc:
         raise AirflowFailException(f"config: {exc}") from None
 
 
 def validate(params: Mapping[str, Any]) -> dict[str, Any]:
-    """First task: start the pipeline run, validate the dataset, hand the run on."""
+    """First task: create (or resume) the run, validate the dataset, hand the run on."""
     config = config_from_params(params)
-    run = start_pipeline_run(config, nproc=int(params.get("nproc") or DEFAULT_NPROC))
-    log.info("run directory %s, MLflow run %s", run.run_dir, run.tracker.run_id)
+    try:
+        check_plan(config, tuple(STAGES))
+        if params.get("resume"):
+            run = resume_run(str(params["resume"]), config, echo=log.info)
+        else:
+            run = create_run(config, echo=log.info, tags=_airflow_tags())
+    except UserError as exc:
+        raise AirflowFailException(f"run: {exc}") from None
+    log.info("run %s in %s, MLflow run %s", run.key, run.dir, run.mlflow_run_id)
     return _run(run, "validate", last=False)
 
 
 def preflight(state: Mapping[str, Any]) -> dict[str, Any]:
     """Check the fabric the training will use; a FAIL verdict stops the DAG run."""
-    return _run(_attach(state), "preflight", last=False)
+    return _run(attach_run(state["run_dir"], echo=log.info), "preflight", last=False)
 
 
 def train(state: Mapping[str, Any]) -> dict[str, Any]:
-    """Train on this worker (local ranks), logging into the pipeline's MLflow run; end it."""
-    return _run(_attach(state), "train", last=True)
+    """Train on this worker (local ranks), logging into the run's MLflow run; end it."""
+    return _run(attach_run(state["run_dir"], echo=log.info), "train", last=True)
 
 
-def _attach(state: Mapping[str, Any]) -> PipelineRun:
-    return attach_pipeline_run(
-        config_from_dict(state["config"], source="XCom"),
-        state["run_dir"],
-        state["mlflow_run_id"],
-        nproc=state["nproc"],
-        outcomes=state["outcomes"],
-    )
-
-
-def _run(run: PipelineRun, stage: str, *, last: bool) -> dict[str, Any]:
+def _run(run: Run, stage: str, *, last: bool) -> dict[str, Any]:
     try:
-        outcome = run_stage(run, stage, echo=log.info)
+        outcome = run_stage(run.config, run, stage)
     except UserError as exc:
-        finish_pipeline_run(run, "FAILED")
+        finish_run(run, "FAILED", end_tracking=True)
         raise AirflowFailException(f"{stage}: {exc}") from None
     except BaseException:
-        _release(run, final=not _retries_left())
+        if not _retries_left():
+            finish_run(run, "FAILED", end_tracking=True)
         raise
     if outcome.status == "failed":
         if outcome.exit_code == ExitCode.RETRYABLE and _retries_left():
-            _release(run, final=False)
             raise AirflowException(f"{stage} failed (retryable): {outcome.summary}")
-        finish_pipeline_run(run, "FAILED")
+        finish_run(run, "FAILED", end_tracking=True)
         raise AirflowFailException(f"{stage} failed: {outcome.summary}")
     if last:
-        finish_pipeline_run(run, "FINISHED")
-    else:
-        _release(run, final=False)
-    return _state(run)
-
-
-def _release(run: PipelineRun, *, final: bool) -> None:
-    """Let go of the MLflow run: FAILED if nothing will come back to it, else leave it open
-    (the next task, or this task's retry, reopens it)."""
-    if final:
-        finish_pipeline_run(run, "FAILED")
-    else:
-        run.tracker.finish("RUNNING")
+        finish_run(run, "FINISHED", end_tracking=True)
+    if outcome.status == "skipped" and stage == "train":
+        raise AirflowSkipException(outcome.summary)
+    return _state(run, stage)
 
 
 def _retries_left() -> bool:
@@ -130,21 +128,25 @@ def _retries_left() -> bool:
     return ti.try_number <= ti.max_tries
 
 
-def _state(run: PipelineRun) -> dict[str, Any]:
-    """The XCom the next task rebuilds the run from, plus each stage's facts under their own
-    keys (``validation_fingerprint``, ``preflight_verdict``, ``checkpoint``, ...)."""
-    facts: dict[str, Any] = {}
-    for outcome in run.outcomes:
-        prefix = "validation" if outcome.name == "validate" else outcome.name
-        for key, value in outcome.facts.items():
-            facts[key if outcome.name == "train" else f"{prefix}_{key}"] = value
+def _airflow_tags() -> dict[str, str]:
+    """Tags that link the run to its DAG run (none outside a task)."""
+    try:
+        context = get_current_context()
+        dag_run = context["dag_run"]
+        return {"airflow.dag_id": str(dag_run.dag_id), "airflow.run_id": str(dag_run.run_id)}
+    except Exception:
+        return {}
+
+
+def _state(run: Run, stage: str) -> dict[str, Any]:
+    """XCom for the next task: the run's identity and this stage's small facts."""
+    prefix = {"validate": "validation_", "preflight": "preflight_", "train": ""}[stage]
+    facts = run.facts(stage)
     return {
-        "run_dir": str(run.run_dir),
-        "mlflow_run_id": run.tracker.run_id,
-        "nproc": run.nproc,
-        "config": run.config.to_dict(),
-        "outcomes": [{**asdict(o), "exit_code": int(o.exit_code)} for o in run.outcomes],
-        **facts,
+        "run_key": run.key,
+        "run_dir": str(run.dir),
+        "mlflow_run_id": run.mlflow_run_id,
+        **{prefix + key: facts.get(key) for key in STAGE_FACTS[stage]},
     }
 
 

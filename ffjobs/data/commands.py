@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from ffjobs.cli import add_config_arguments, add_json_argument, config_from_args, print_json
 from ffjobs.errors import ExitCode, UserError
+from ffjobs.runs.cli import add_run_arguments, run_single_stage
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,10 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     synth.set_defaults(handler=_synth)
 
     validate = subparsers.add_parser(
-        "validate", help="check a dataset is fit to train on (exit 1 when the policy fails)"
+        "validate",
+        help="check a dataset is fit to train on, as a new run (exit 1 when the policy fails)",
     )
-    add_config_arguments(validate)
-    add_json_argument(validate)
+    add_run_arguments(validate)
     validate.add_argument(
         "dataset", nargs="?", help="local directory or s3://bucket/prefix (default: data.source)"
     )
@@ -43,8 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate.add_argument(
         "--report",
         metavar="OUT.json",
-        help="report path; report.md and quarantine.txt go beside it "
-        "(default: data.validation.report_dir/report.json)",
+        help="also write the report here (report.md and quarantine.txt beside it); it is always "
+        "in the run directory's validation/",
     )
     validate.set_defaults(handler=_validate)
 
@@ -85,28 +87,28 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from ffjobs.data.progress import ProgressLine
+    from ffjobs.config import load_config
     from ffjobs.data.report import human_summary, write_report
-    from ffjobs.data.validate import validate_dataset
+    from ffjobs.data.validate import ValidationReport
 
-    data = config_from_args(args).data
-    dataset = args.dataset or data.source
-    report = validate_dataset(
-        dataset,
-        data.validation,
-        layout=args.layout or data.layout,
-        manifest=args.manifest or data.manifest,
-        progress=ProgressLine("validate"),
-        endpoint_url=data.s3_endpoint_url,
-        region=data.s3_region,
-    )
-    paths = write_report(report, args.report or Path(data.validation.report_dir) / "report.json")
+    chosen = {"data.source": args.dataset, "data.layout": args.layout}
+    chosen["data.manifest"] = args.manifest
+    overrides = [f"{key}={json.dumps(value)}" for key, value in chosen.items() if value]
+    config = load_config(args.config, [*args.overrides, *overrides])
+    run, outcome = run_single_stage(args, "validate", config=config)
+    report_path = Path(outcome.facts["report"])
+    report = ValidationReport.from_dict(json.loads(report_path.read_text()))
+    paths = {"json": report_path, "markdown": report_path.with_suffix(".md")}
+    paths["quarantine"] = Path(outcome.facts["quarantine"])
+    if args.report:
+        paths = write_report(report, args.report)
     if args.json:
-        print_json({**report.to_dict(), "report_files": {k: str(v) for k, v in paths.items()}})
+        files = {k: str(v) for k, v in paths.items()}
+        print_json({**report.to_dict(), "run_key": run.key, "report_files": files})
     else:
         print(human_summary(report))
         print(
             f"report: {paths['json']} (markdown {paths['markdown']}, "
-            f"quarantine {paths['quarantine']})"
+            f"quarantine {paths['quarantine']}); run {run.key}"
         )
-    return ExitCode.OK if report.passed else ExitCode.FAILED
+    return int(outcome.exit_code)

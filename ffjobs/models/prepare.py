@@ -53,3 +53,25 @@ def ensure_identity_weights(
     return train_identity_encoder(
         config.model, data, weights, steps=steps, seed=config.train.seed, on_step=on_step
     )
+
+
+def ensure_demo_dataset(config: Config) -> None:
+    """Generate the synthetic dataset when ``data.source`` is the default path and missing
+    (any other source is the user's, and is never written to)."""
+    if config.data.source == DataConfig().source:
+        ensure_identity_dataset(config)
+
+
+def ensure_demo_inputs(config: Config) -> None:
+    """What training on the embedded default needs: the synthetic dataset (see
+    :func:`ensure_demo_dataset`) and the identity encoder pre-trained into
+    ``model.identity_weights`` when that file is missing (nothing is downloaded)."""
+    import sys
+
+    ensure_demo_dataset(config)
+    if config.model.identity_weights and not Path(config.model.identity_weights).exists():
+        print(
+            f"pre-training the identity encoder into {config.model.identity_weights}",
+            file=sys.stderr,
+        )
+        ensure_identity_weights(config)

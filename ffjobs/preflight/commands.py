@@ -5,25 +5,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ffjobs.cli import add_config_arguments, add_json_argument
-from ffjobs.errors import ExitCode
+from ffjobs.cli import add_nproc_argument
+from ffjobs.runs.cli import add_run_arguments, run_single_stage
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
-    add_json_argument(parser)
+    add_run_arguments(parser)
+    add_nproc_argument(parser)
     parser.add_argument(
         "--local",
         action="store_true",
         help="run the ranks as processes on this machine (NCCL on its GPUs, "
         "else gloo on CPU) instead of a SLURM job",
-    )
-    parser.add_argument(
-        "--nproc",
-        type=int,
-        default=None,
-        metavar="N",
-        help="local ranks (default: one per GPU, or 2 on CPU)",
     )
     parser.add_argument(
         "--sysfs-root",
@@ -46,20 +39,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from ffjobs.cli import config_from_args, print_json
-    from ffjobs.errors import UserError
-    from ffjobs.preflight.runner import run_preflight
+    import json
+    from pathlib import Path
 
-    if args.nproc is not None and args.nproc < 1:
-        raise UserError(f"--nproc must be >= 1, got {args.nproc}")
-    cfg = config_from_args(args)
-    local = args.local or cfg.slurm.executor == "local"
-    report = run_preflight(cfg, local=local, nproc=args.nproc, sysfs_root=args.sysfs_root)
+    from ffjobs.cli import config_from_args, print_json
+
+    if args.local:
+        args.overrides.append("slurm.executor=local")
+    config = config_from_args(args)
+    run, outcome = run_single_stage(args, "preflight", config=config, sysfs_root=args.sysfs_root)
+    if outcome.status == "skipped":
+        return int(outcome.exit_code)
+    report = json.loads(Path(outcome.facts["report"]).read_text())
     if args.json:
-        print_json(report)
+        print_json({**report, "run_key": run.key})
     else:
         print(human_summary(report))
-    return ExitCode.FAILED if report["verdict"] == "FAIL" else ExitCode.OK
+    return int(outcome.exit_code)
 
 
 def human_summary(report: dict[str, Any]) -> str:

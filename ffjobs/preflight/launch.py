@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from ffjobs.errors import UserError
-from ffjobs.local_ranks import free_loopback_port, rank_environment
+from ffjobs.local_ranks import LaunchFailed, launch_ranks
 
 RANK_LOG_DIR = "logs"
 
@@ -25,45 +25,19 @@ def local_gpu_count() -> int:
 
 
 def launch_local(run_dir: Path, nproc: int, timeout_s: float) -> str | None:
-    """Run ``nproc`` ranks as child processes on loopback; return a launch error or None."""
-    port = free_loopback_port()
-    log_dir = run_dir / RANK_LOG_DIR
-    log_dir.mkdir(parents=True, exist_ok=True)
-    procs: list[subprocess.Popen] = []
-    for rank in range(nproc):
-        env = rank_environment(rank, nproc, port)
-        with open(log_dir / f"rank-{rank:05d}.out", "wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "ffjobs.preflight.worker", str(run_dir)],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                )
-            )
-    deadline = time.monotonic() + timeout_s
-    first_failure: float | None = None
-    while any(p.poll() is None for p in procs):
-        now = time.monotonic()
-        if any(p.returncode not in (None, 0) for p in procs) and first_failure is None:
-            first_failure = now
-        # A dead rank leaves the others blocked in a collective: give them a moment, then stop.
-        if now > deadline or (first_failure is not None and now - first_failure > 10):
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-            for p in procs:
-                p.wait()
-            if now > deadline:
-                return f"ranks did not finish within {timeout_s:g} s; see {log_dir}"
-            break
-        time.sleep(0.05)
-    failed = [r for r, p in enumerate(procs) if p.returncode != 0]
-    if failed and not any((run_dir / "ranks").glob("rank-*.json")):
-        return (
-            f"rank(s) {', '.join(map(str, failed))} exited with "
-            f"{procs[failed[0]].returncode}; see {log_dir}"
+    """Run ``nproc`` ranks on this machine through the shared launcher; return a launch error
+    (naming the rank that failed and its log) or None. The report is built from the rank
+    files whatever happened, so a failed rank's own record still explains itself."""
+    try:
+        launch_ranks(
+            lambda rank: [sys.executable, "-m", "ffjobs.preflight.worker", str(run_dir)],
+            nproc,
+            run_dir / RANK_LOG_DIR,
+            console=io.StringIO(),  # preflight ranks only log; the report speaks for them
+            timeout_s=timeout_s,
         )
+    except LaunchFailed as exc:
+        return str(exc).splitlines()[0]
     return None
 
 

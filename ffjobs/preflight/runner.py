@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -13,19 +12,6 @@ from ffjobs.errors import UserError
 from ffjobs.preflight.launch import launch_local, launch_slurm, local_gpu_count
 from ffjobs.preflight.report import build_report, write_report
 from ffjobs.preflight.worker import JOB_FILE
-
-
-def _new_run_dir(base: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(base) / f"{stamp}-{os.getpid()}"
-    try:
-        run_dir.mkdir(parents=True, exist_ok=False)
-    except OSError as exc:
-        raise UserError(
-            f"preflight.run_dir: cannot create {run_dir}: {exc.strerror}; "
-            "choose a writable directory"
-        ) from None
-    return run_dir
 
 
 def resolve_backend(requested: str, gpus: int) -> str:
@@ -40,18 +26,25 @@ def resolve_backend(requested: str, gpus: int) -> str:
 
 
 def run_preflight(
-    cfg, *, local: bool, nproc: int | None = None, sysfs_root: str | None = None
+    cfg, run_dir: Path, *, local: bool, sysfs_root: str | None = None
 ) -> dict[str, Any]:
-    """Run the preflight for ``cfg`` (a full :class:`ffjobs.config.Config`); return the report."""
+    """Run the preflight for ``cfg`` (a full :class:`ffjobs.config.Config`) into ``run_dir``
+    (a new folder); return the report. Locally, ``slurm.tasks_per_node`` ranks."""
     started = time.perf_counter()
     pre = cfg.preflight
-    run_dir = _new_run_dir(pre.run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=False)
+    except OSError as exc:
+        raise UserError(f"preflight: cannot create {run_dir}: {exc.strerror}") from None
     if local:
         gpus = local_gpu_count()
         backend = resolve_backend(pre.backend, gpus)
-        world = nproc or (gpus if backend == "nccl" else 2)
+        world = cfg.slurm.tasks_per_node
         if backend == "nccl" and world > gpus:
-            raise UserError(f"--nproc {world} exceeds the {gpus} GPU(s) visible here")
+            raise UserError(
+                f"slurm.tasks_per_node: {world} NCCL ranks need {world} GPUs, {gpus} visible "
+                "here; use --nproc to start fewer ranks"
+            )
     else:
         gpus = cfg.slurm.gpus_per_node
         backend = resolve_backend(pre.backend, gpus)

@@ -1,13 +1,17 @@
-"""Rank-0 MLflow logging for training: one run per training job, continued across restarts.
+"""MLflow runs with one owner: the process that starts a pipeline run creates its MLflow run
+and ends it; every other process (training rank 0, a later Airflow task) attaches by the id it
+is handed and only logs into it.
 
-MLflow is imported here, lazily, so the GPU image (no MLflow) still trains. If tracking is
-disabled the logger is a no-op; if MLflow is missing or the server fails, training goes on and
-the logger warns once, naming the cause, then stops trying.
+Everything goes through ``MlflowClient`` with an explicit run id, never through MLflow's
+process-global "active run", so attaching can never end or re-open a run by accident.
+MLflow is imported lazily, so the GPU image (no MLflow) still trains. If tracking is disabled
+the functions are no-ops; if MLflow is missing or the server fails, the work goes on and the
+logger warns once, naming the cause, then stops trying.
 """
 
 from __future__ import annotations
 
-import os
+import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,12 +19,13 @@ from typing import Any
 
 from ffjobs.tracking.config import TrackingConfig
 
-RUN_ID_ENV = "FFJOBS_MLFLOW_RUN_ID"
-"""A run id handed down by the pipeline: training logs into that run instead of a new one."""
+PARAM_BATCH = 100
+"""MLflow's limit of params per ``log_batch`` call."""
+PARAM_VALUE_LIMIT = 500
 
 
 class TrackingWarning(UserWarning):
-    """Tracking failed; training continues without it."""
+    """Tracking failed; the work continues without it."""
 
 
 def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -35,92 +40,156 @@ def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-class RunLogger:
-    """Logs params and metrics to one MLflow run; every method is safe to call on any rank."""
+def _client(tracking: TrackingConfig):
+    from mlflow.tracking import MlflowClient
 
-    def __init__(self, config: TrackingConfig, active: bool):
-        self.config = config
-        self.active = active and config.enabled
-        self.run_id: str | None = None
-        self._mlflow: Any = None
+    _ensure_sqlite_parent(tracking.tracking_uri)
+    return MlflowClient(tracking_uri=tracking.tracking_uri)
 
-    def start(self, run_name: str, params: Mapping[str, Any], run_id: str | None = None) -> None:
-        """Start (or, with ``run_id``, resume) the run and log the flattened config as params."""
-        if not self.active:
-            return
+
+def start_run(
+    tracking: TrackingConfig,
+    run_name: str,
+    params: Mapping[str, Any],
+    tags: Mapping[str, str] | None = None,
+) -> str | None:
+    """Create the MLflow run of a new pipeline run (the owner's call); return its id.
+
+    ``params`` (the resolved config) are logged flattened. ``None`` when tracking is disabled
+    or the tracking server cannot be reached (with one warning).
+    """
+    if not tracking.enabled:
+        return None
+    try:
+        from mlflow.entities import Param, RunTag
+
+        client = _client(tracking)
+        experiment = client.get_experiment_by_name(tracking.experiment)
+        experiment_id = (
+            experiment.experiment_id
+            if experiment is not None
+            else client.create_experiment(
+                tracking.experiment, artifact_location=tracking.artifact_location
+            )
+        )
+        run = client.create_run(experiment_id, run_name=run_name, tags=dict(tags or {}))
+        flat = [
+            Param(key, str(value)[:PARAM_VALUE_LIMIT]) for key, value in flatten(params).items()
+        ]
+        for i in range(0, len(flat), PARAM_BATCH):
+            client.log_batch(run.info.run_id, params=flat[i : i + PARAM_BATCH])
+        if tags:
+            client.log_batch(run.info.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        return run.info.run_id
+    except Exception as exc:  # tracking must never take the work down
+        _warn(f"cannot start an MLflow run at {tracking.tracking_uri}: {exc}")
+        return None
+
+
+def reopen_run(tracking: TrackingConfig, run_id: str) -> bool:
+    """Mark an ended run as running again (the owner resuming it); False if that failed."""
+    if not tracking.enabled:
+        return False
+    try:
+        _client(tracking).update_run(run_id, status="RUNNING")
+        return True
+    except Exception as exc:
+        _warn(f"cannot reopen MLflow run {run_id} at {tracking.tracking_uri}: {exc}")
+        return False
+
+
+def end_run(tracking: TrackingConfig, run_id: str | None, status: str = "FINISHED") -> None:
+    """End the run (the owner's call): ``FINISHED``, ``FAILED`` or ``KILLED``."""
+    if not tracking.enabled or run_id is None:
+        return
+    try:
+        _client(tracking).set_terminated(run_id, status=status)
+    except Exception as exc:
+        _warn(f"ending MLflow run {run_id} at {tracking.tracking_uri} failed: {exc}")
+
+
+def run_link(tracking: TrackingConfig, run_id: str | None) -> str | None:
+    """Where a person finds the run: the UI page for a server, else the store and id."""
+    if run_id is None or not tracking.enabled:
+        return None
+    uri = tracking.tracking_uri.rstrip("/")
+    if uri.startswith(("http://", "https://")):
         try:
-            import mlflow
+            experiment_id = _client(tracking).get_run(run_id).info.experiment_id
+            return f"{uri}/#/experiments/{experiment_id}/runs/{run_id}"
+        except Exception:
+            return f"{uri} (run {run_id})"
+    return f"{uri} (run {run_id})"
 
-            _ensure_sqlite_parent(self.config.tracking_uri)
-            mlflow.set_tracking_uri(self.config.tracking_uri)
-            run_id = run_id or os.environ.get(RUN_ID_ENV)
-            if run_id is None:
-                experiment = mlflow.get_experiment_by_name(self.config.experiment)
-                experiment_id = (
-                    experiment.experiment_id
-                    if experiment is not None
-                    else mlflow.create_experiment(
-                        self.config.experiment, artifact_location=self.config.artifact_location
-                    )
-                )
-                run = mlflow.start_run(experiment_id=experiment_id, run_name=run_name)
-                flat = {k: str(v)[:500] for k, v in flatten(params).items()}
-                items = list(flat.items())
-                for i in range(0, len(items), 100):  # MLflow's per-batch param limit
-                    mlflow.log_params(dict(items[i : i + 100]))
-            else:
-                run = mlflow.start_run(run_id=run_id)
-            self.run_id = run.info.run_id
-            self._mlflow = mlflow
-        except Exception as exc:  # tracking must never take training down
-            self._disable(f"cannot start MLflow run at {self.config.tracking_uri}: {exc}")
+
+class RunLogger:
+    """Logs metrics, tags and artifacts into one existing MLflow run, by id.
+
+    It never starts or ends the run: that is its owner's business. With ``run_id=None``
+    (tracking off, a rank other than 0, or no run to attach to) every method is a no-op.
+    """
+
+    def __init__(self, tracking: TrackingConfig, run_id: str | None):
+        self.tracking = tracking
+        self.run_id = run_id if tracking.enabled else None
+        self._client: Any = None
+
+    @property
+    def active(self) -> bool:
+        return self.run_id is not None
+
+    def _get_client(self) -> Any:
+        if self._client is None:
+            self._client = _client(self.tracking)
+        return self._client
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        if self._mlflow is None:
+        if self.run_id is None:
             return
         try:
-            clean = {k.replace("/", "_"): float(v) for k, v in metrics.items()}
-            self._mlflow.log_metrics(clean, step=step)
+            from mlflow.entities import Metric
+
+            now = int(time.time() * 1000)
+            batch = [
+                Metric(key.replace("/", "_"), float(value), now, step)
+                for key, value in metrics.items()
+            ]
+            self._get_client().log_batch(self.run_id, metrics=batch)
         except Exception as exc:
-            self._disable(f"logging metrics to {self.config.tracking_uri} failed: {exc}")
+            self._disable(f"logging metrics to {self.tracking.tracking_uri} failed: {exc}")
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        if self._mlflow is None:
+        if self.run_id is None or not tags:
             return
         try:
-            self._mlflow.set_tags(dict(tags))
+            from mlflow.entities import RunTag
+
+            batch = [RunTag(key, str(value)) for key, value in tags.items()]
+            self._get_client().log_batch(self.run_id, tags=batch)
         except Exception as exc:
-            self._disable(f"setting tags on {self.config.tracking_uri} failed: {exc}")
+            self._disable(f"setting tags on {self.tracking.tracking_uri} failed: {exc}")
 
     def log_artifacts(self, paths: list[str], artifact_path: str | None = None) -> None:
         """Upload files (reports, plots) into the run, under ``artifact_path``."""
-        if self._mlflow is None:
+        if self.run_id is None:
             return
         try:
             for path in paths:
-                self._mlflow.log_artifact(path, artifact_path=artifact_path)
+                self._get_client().log_artifact(self.run_id, path, artifact_path=artifact_path)
         except Exception as exc:
-            self._disable(f"uploading artifacts to {self.config.tracking_uri} failed: {exc}")
-
-    def finish(self, status: str = "FINISHED") -> None:
-        """End the run (``FAILED``/``KILLED`` on errors)."""
-        if self._mlflow is None:
-            return
-        try:
-            self._mlflow.end_run(status=status)
-        except Exception as exc:
-            self._disable(f"ending the MLflow run failed: {exc}")
-        self._mlflow = None
+            self._disable(f"uploading artifacts to {self.tracking.tracking_uri} failed: {exc}")
 
     def _disable(self, reason: str) -> None:
-        warnings.warn(
-            f"{reason}; training continues without tracking (set tracking.enabled=false to "
-            "silence)",
-            TrackingWarning,
-            stacklevel=3,
-        )
-        self.active = False
-        self._mlflow = None
+        _warn(reason)
+        self.run_id = None
+
+
+def _warn(reason: str) -> None:
+    warnings.warn(
+        f"{reason}; continuing without tracking (set tracking.enabled=false to silence)",
+        TrackingWarning,
+        stacklevel=3,
+    )
 
 
 def _ensure_sqlite_parent(uri: str) -> None:

@@ -1,33 +1,32 @@
-"""``ffjobs train``: train locally on N ranks (gloo on CPU, NCCL on GPUs), resuming by default."""
+"""``ffjobs train``: train on this machine's ranks (gloo on CPU, NCCL on GPUs) as a new run.
+
+Under torchrun or ``srun`` with several tasks, each process is one rank of the job instead: the
+ranks share the run named by ``--run-key`` (default: torchrun's ``--rdzv-id`` or the SLURM job
+id), rank 0 creates it, or continues it after a restart, and records the outcome.
+"""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import sys
-from pathlib import Path
+import os
 
-from ffjobs.cli import add_config_arguments, add_json_argument, config_from_args, print_json
-from ffjobs.config import Config
+from ffjobs.cli import add_nproc_argument, config_from_args, print_json
 from ffjobs.errors import ExitCode, UserError
+from ffjobs.local_ranks import STOPPED_ON_REQUEST, external_run_key, launched_rank
+from ffjobs.runs.cli import add_run_arguments, run_single_stage
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     train = subparsers.add_parser(
         "train",
-        help="train the face-fusion model (DDP; resumes from the newest verified checkpoint)",
-        description="Train locally: --nproc N starts N ranks on this machine with a loopback "
-        "rendezvous (gloo on CPU, NCCL on GPUs). Under srun/torchrun each task is one rank.",
+        help="train the face-fusion model (DDP) as a new run",
+        description="Train on this machine: --nproc N starts N ranks with a loopback "
+        "rendezvous (gloo on CPU, NCCL on GPUs). A new run each time, with its own checkpoint "
+        "folder; continue a run with 'ffjobs run --resume RUN_KEY --stages train'. Under "
+        "torchrun/srun each process is one rank of the run named by --run-key.",
     )
-    add_config_arguments(train)
-    add_json_argument(train)
-    train.add_argument(
-        "--nproc",
-        type=int,
-        default=1,
-        metavar="N",
-        help="ranks to start on this machine (default 1)",
-    )
+    add_run_arguments(train)
+    add_nproc_argument(train)
     train.add_argument(
         "--data",
         choices=("dataset", "memory"),
@@ -38,56 +37,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.set_defaults(handler=_train)
 
 
-def ensure_dataset(config: Config) -> None:
-    """Generate the synthetic dataset when ``data.source`` is the default path and missing,
-    and pre-train the identity encoder into ``model.identity_weights`` if that file is missing."""
-    from ffjobs.models.prepare import ensure_identity_dataset, ensure_identity_weights
-
-    if not config.data.source.startswith("s3://"):
-        ensure_identity_dataset(config)
-    if config.model.identity_weights and not Path(config.model.identity_weights).exists():
-        print(
-            f"pre-training the identity encoder into {config.model.identity_weights}",
-            file=sys.stderr,
-        )
-        ensure_identity_weights(config)
-
-
 def _train(args: argparse.Namespace) -> int:
-    from ffjobs.train.launch import LaunchFailed, launch_local
-
-    if args.nproc < 1:
-        raise UserError(f"--nproc: must be >= 1, got {args.nproc}")
-    config = config_from_args(args)
-    if args.data == "dataset":
-        ensure_dataset(config)
+    if launched_rank():
+        return _train_as_rank(args)
+    run, outcome = run_single_stage(args, "train", data=args.data)
     if args.json:
-        config.train.progress = False
-    try:
-        if args.nproc == 1:
-            from ffjobs.train.worker import run_rank
-
-            quiet = (
-                contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-            )
-            with quiet:
-                result = run_rank(config, "train", args.data)
-        else:
-            result = launch_local(config, args.nproc, data=args.data, quiet_stdout=args.json)
-    except LaunchFailed as exc:
-        print(f"ffjobs: training failed: {exc}", file=sys.stderr)
-        return ExitCode.FAILED
-    if args.json:
-        print_json(result)
+        print_json({"run_key": run.key, "run_dir": str(run.dir), **outcome.to_dict()})
     else:
-        last = result.get("history", [{}])[-1] if result.get("history") else {}
-        print(
-            f"trained steps {result.get('start_step')} -> {result.get('final_step')} on "
-            f"{result.get('world_size')} rank(s); last checkpoint: {result.get('last_checkpoint')}"
+        print(f"run {run.key}: {run.dir}; checkpoints in {run.checkpoint_dir}")
+    return int(outcome.exit_code)
+
+
+def _train_as_rank(args: argparse.Namespace) -> int:
+    """One rank of a torchrun/srun job: rank 0 holds the run, every rank trains."""
+    from ffjobs.runs.run import RUN_FILE, create_run, finish_run, join_location, resume_run
+    from ffjobs.runs.stages import check_plan, run_stage
+    from ffjobs.train.job import TrainJob
+    from ffjobs.train.worker import run_rank
+
+    if args.nproc is not None:
+        raise UserError("--nproc: under torchrun/srun the launcher starts the ranks; drop it")
+    key = args.run_key or external_run_key()
+    if key is None:
+        raise UserError(
+            "under torchrun, name the run every rank shares: --run-key KEY or torchrun --rdzv-id"
         )
-        if "images_per_s" in last:
-            print(
-                f"last window: {last['images_per_s']:.1f} img/s, "
-                f"exposed comm {last['exposed_comm_fraction'] * 100:.1f}% of step"
-            )
-    return ExitCode.RETRYABLE if result.get("stopped_early") else ExitCode.OK
+    config = config_from_args(args)
+    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+    if rank != 0:  # only rank 0 touches the run's record, its MLflow run and the demo inputs
+        location = join_location(config.train.checkpoint_dir, key)
+        job = TrainJob.of(config, checkpoint_dir=location, data=args.data)
+        return STOPPED_ON_REQUEST if run_rank(job).get("stopped_early") else int(ExitCode.OK)
+    check_plan(config, ("train",))
+    if os.path.exists(os.path.join(config.runs_dir, key, RUN_FILE)):
+        run = resume_run(key, config)  # a restarted worker group continues the same run
+    else:
+        run = create_run(config, key=key)
+    outcome = run_stage(config, run, "train", data=args.data)
+    finish_run(run, "FAILED" if outcome.status == "failed" else "FINISHED")
+    if args.json:
+        print_json({"run_key": run.key, "run_dir": str(run.dir), **outcome.to_dict()})
+    return int(outcome.exit_code)

@@ -1,7 +1,8 @@
 """One training rank: join the group, build data and models, train (or benchmark), leave.
 
-Started by :mod:`ffjobs.train.launch` (``python -m ffjobs.train.worker``, one process per rank),
-by torchrun, or in-process for a single rank. The resolved config travels as a JSON file.
+Started by the local launcher (``python -m ffjobs.train.worker JOB.json``, one process per
+rank), by torchrun, or by a SLURM task. Rank 0 attaches to the run's MLflow run by the id in
+the job; no rank starts or ends an MLflow run.
 """
 
 from __future__ import annotations
@@ -16,18 +17,21 @@ from typing import Any
 
 import torch
 
-from ffjobs.config import Config, config_from_dict
+from ffjobs.config import Config
 from ffjobs.errors import ExitCode
+from ffjobs.local_ranks import STOPPED_ON_REQUEST
 from ffjobs.tracking.mlflow_logger import RunLogger
 from ffjobs.train.data import RandomPairs
 from ffjobs.train.distributed import compute_cleanup, compute_init
+from ffjobs.train.job import DATA_KINDS, TrainJob
 
-DATA_KINDS = ("dataset", "memory")
-"""``dataset``: the configured image dataset (training identities); ``memory``: random tensors."""
+__all__ = ["DATA_KINDS", "build_train_dataset", "run_rank"]
 
 
-def build_train_dataset(config: Config, kind: str, world_size: int) -> torch.utils.data.Dataset:
-    """The dataset the trainer samples from."""
+def build_train_dataset(
+    config: Config, kind: str, world_size: int, quarantine: str | None = None
+) -> torch.utils.data.Dataset:
+    """The dataset the trainer samples from (training identities, minus the quarantine)."""
     tc = config.train
     if kind == "memory":
         # the same items whatever the split into ranks and micro-batches (DDP equivalence)
@@ -36,7 +40,7 @@ def build_train_dataset(config: Config, kind: str, world_size: int) -> torch.uti
     from ffjobs.data.dataset import FacePairDataset
     from ffjobs.data.index import index_from_config, split_identities
 
-    index = index_from_config(config.data)
+    index = index_from_config(config.data, quarantine=quarantine)
     train_index, _ = split_identities(index, config.data.val_fraction, config.data.synth.seed)
     return FacePairDataset(
         train_index,
@@ -57,37 +61,37 @@ def flops_per_image(config: Config) -> float | None:
         return None
 
 
-def run_rank(
-    config: Config, mode: str = "train", data: str = "dataset", bench: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """Run this process's rank to the end; returns the result (meaningful on rank 0)."""
+def run_rank(job: TrainJob) -> dict[str, Any]:
+    """Run this process's rank of ``job`` to the end; returns the result (meaningful on rank 0)."""
     from ffjobs.train.trainer import Trainer
 
+    config = job.resolved_config()
     tc = config.train
     env, device = compute_init(tc.backend, tc.init_timeout_s, tc.collective_timeout_s)
     try:
-        dataset = build_train_dataset(config, data, env.world_size)
-        logger = RunLogger(config.tracking, active=env.rank == 0 and mode == "train")
+        dataset = build_train_dataset(config, job.data, env.world_size, job.quarantine)
+        tracked = env.rank == 0 and job.mode == "train"
+        logger = RunLogger(config.tracking, job.mlflow_run_id if tracked else None)
         trainer = Trainer(
-            config, env, device, dataset, logger=logger, flops_per_image=flops_per_image(config)
+            config,
+            env,
+            device,
+            dataset,
+            checkpoint_dir=job.checkpoint_dir,
+            logger=logger,
+            flops_per_image=flops_per_image(config),
         )
-        if mode == "bench":
+        if job.mode == "bench":
             from ffjobs.bench.train import bench_rank
 
-            return bench_rank(trainer, **(bench or {}))
-        try:
-            result = trainer.train()
-        except BaseException:
-            logger.finish("FAILED")
-            raise
-        logger.finish("KILLED" if result.stopped_early else "FINISHED")
+            return bench_rank(trainer, **job.bench)
+        result = trainer.train()
         out = asdict(result)
         out.update(
             world_size=env.world_size,
             backend=str(torch.distributed.get_backend()) if env.is_distributed else "none",
             device=str(device),
             checkpoint_dir=trainer.checkpointer.location,
-            mlflow_run_id=logger.run_id,
         )
         return out
     finally:
@@ -96,17 +100,14 @@ def run_rank(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ffjobs.train.worker")
-    parser.add_argument("--config-json", required=True, type=Path)
-    parser.add_argument("--mode", choices=("train", "bench"), default="train")
-    parser.add_argument("--data", choices=DATA_KINDS, default="dataset")
-    parser.add_argument("--bench-json", default="{}", help="keyword arguments of bench_rank")
+    parser.add_argument("job", type=Path, help="the TrainJob as JSON")
     parser.add_argument("--result", type=Path, default=None, help="rank 0 writes its result here")
     args = parser.parse_args(argv)
-    config = config_from_dict(json.loads(args.config_json.read_text()), str(args.config_json))
-    result = run_rank(config, args.mode, args.data, json.loads(args.bench_json))
+    job = TrainJob(**json.loads(args.job.read_text()))
+    result = run_rank(job)
     if args.result is not None and result:
         args.result.write_text(json.dumps(result, default=str))
-    return int(ExitCode.RETRYABLE if result.get("stopped_early") else ExitCode.OK)
+    return STOPPED_ON_REQUEST if result.get("stopped_early") else int(ExitCode.OK)
 
 
 if __name__ == "__main__":

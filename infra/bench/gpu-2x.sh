@@ -18,7 +18,7 @@ TIMEFORMAT=%R
 preflight() {  # preflight NAME [VAR=VALUE ...]
   local name=$1; shift
   { time timeout 180 env "$@" python -m ffjobs.preflight --local -c clusters/h200x2-nvlink \
-      --json --set preflight.run_dir="$work/preflight-runs-$name" \
+      --json --set runs_dir="$work/runs-$name" --set tracking.enabled=false \
       >"$work/preflight-$name.json" 2>"$work/preflight-$name.err"; } 2>"$work/wall-$name.txt"
   echo "preflight $name: exit $? wall $(tail -1 "$work/wall-$name.txt") s"
 }

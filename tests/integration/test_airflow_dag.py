@@ -41,7 +41,7 @@ DAG_TEST = textwrap.dedent(
         rows = session.query(XComModel).filter(
             XComModel.dag_id == dag.dag_id, XComModel.run_id == dag_run.run_id
         )
-        xcom = {f"{row.task_id}.{row.key}": row.value for row in rows if row.key != "config"}
+        xcom = {f"{row.task_id}.{row.key}": row.value for row in rows}
     states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
     print("RESULT " + json.dumps({"state": dag_run.state, "tasks": states, "xcom": xcom}))
     """
@@ -100,8 +100,12 @@ def test_dag_runs_every_stage_into_one_mlflow_run(airflow_env, tmp_path):
 
     xcom = result["xcom"]
     run_dir = tmp_path / xcom["validate.run_dir"]
-    # one run directory and one MLflow run handed from task to task
+    # one run (key, directory, MLflow run) handed from task to task; the config stays in it
     assert xcom["preflight.run_dir"] == xcom["train.run_dir"] == xcom["validate.run_dir"]
+    key = xcom["validate.run_key"]
+    assert xcom["preflight.run_key"] == xcom["train.run_key"] == key
+    assert run_dir == tmp_path / "runs" / key
+    assert not any(name.endswith((".config", ".outcomes")) for name in xcom), sorted(xcom)
     run_id = xcom["validate.mlflow_run_id"]
     assert xcom["preflight.mlflow_run_id"] == xcom["train.mlflow_run_id"] == run_id
     report = json.loads((tmp_path / xcom["validate.validation_report"]).read_text())
@@ -110,8 +114,10 @@ def test_dag_runs_every_stage_into_one_mlflow_run(airflow_env, tmp_path):
     assert (tmp_path / xcom["preflight.preflight_report"]).is_file()
     assert xcom["train.final_step"] == 4
     assert (tmp_path / xcom["train.checkpoint"]).is_file()
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert [s["name"] for s in summary["stages"]] == ["validate", "preflight", "train"]
+    assert Path(xcom["train.checkpoint"]).parent.name == key  # the run's own checkpoint folder
+    record = json.loads((run_dir / "run.json").read_text())
+    assert [s["name"] for s in record["stages"]] == ["validate", "preflight", "train"]
+    assert record["status"] == "passed"
 
     client = mlflow_client(tmp_path)
     run = client.get_run(run_id)
@@ -121,8 +127,18 @@ def test_dag_runs_every_stage_into_one_mlflow_run(airflow_env, tmp_path):
     assert run.data.params["train.steps"] == "4"
     assert {"validate_seconds", "preflight_seconds", "train_seconds"} <= set(run.data.metrics)
     assert "images_per_s" in run.data.metrics  # training logged into the pipeline's run
+    assert run.data.tags["airflow.dag_id"] == "ffjobs_pipeline"
     experiment = client.get_experiment_by_name("ffjobs")
     assert len(client.search_runs([experiment.experiment_id])) == 1
+    first_end = run.info.end_time
+
+    # a second DAG run is a run of its own: it trains from step 0, the first run is untouched
+    again, log = dag_test(airflow_env, tmp_path, conf)
+    assert again["state"] == "success", log[-4000:]
+    assert again["xcom"]["train.run_key"] != key
+    assert "steps 0 -> 4" in log
+    assert client.get_run(run_id).info.end_time == first_end
+    assert len(client.search_runs([experiment.experiment_id])) == 2
 
 
 def test_failed_validation_fails_the_task_and_never_trains(airflow_env, tmp_path):

@@ -37,7 +37,7 @@ def run_preflight(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedPr
     command = [
         sys.executable, "-m", "ffjobs.cli", "preflight", "-c", "minicluster", "--json",
         "--set", "preflight.sizes_mib=[1, 4]", "--set", "preflight.target_time_s=0.05",
-        "--set", f"preflight.run_dir={tmp_path}",
+        "--set", f"runs_dir={tmp_path}",
     ]  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env,
                           timeout=600)  # fmt: skip

@@ -24,7 +24,9 @@ def run_cli(tmp_path, *args, env=None):
         "--json",
         *FAST,
         "--set",
-        f"preflight.run_dir={tmp_path / 'runs'}",
+        f"runs_dir={tmp_path / 'runs'}",
+        "--set",
+        "tracking.enabled=false",
         *args,
     ]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "GLOO_"))}

@@ -43,14 +43,20 @@ def test_train_two_ranks_json_then_resumes(tmp_path, capsys):
     ]
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)  # exactly one JSON object on stdout
-    assert report["world_size"] == 2 and report["final_step"] == 4 and report["start_step"] == 0
-    assert len(report["history"]) == 2 and report["history"][-1]["images_per_s"] > 0
-    assert report["last_checkpoint"].endswith("step-00000004.pt")
+    assert report["status"] == "passed" and "on 2 ranks" in report["summary"]
+    facts = report["facts"]
+    assert facts["final_step"] == 4 and facts["start_step"] == 0
+    assert facts["checkpoint"].endswith("step-00000004.pt")
+    # the run's checkpoints live in a folder of its own, named by its run key
+    assert facts["checkpoint_dir"] == str(tmp_path / "ckpt" / report["run_key"])
+    record = json.loads((tmp_path / "runs" / report["run_key"] / "run.json").read_text())
+    assert record["status"] == "passed" and record["stages"][0]["name"] == "train"
 
-    # a second run with more steps continues from the verified checkpoint by itself
+    # a second invocation is a new run: it starts from step 0 in its own folder
     assert main([*args, "--set", "train.steps=6"]) == 0
     again = json.loads(capsys.readouterr().out)
-    assert again["start_step"] == 4 and again["final_step"] == 6
+    assert again["run_key"] != report["run_key"]
+    assert again["facts"]["start_step"] == 0 and again["facts"]["final_step"] == 6
 
 
 def test_train_missing_dataset_is_a_one_line_usage_error(tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""Rank-0 MLflow logging against a real MLflow store; failures warn once and never stop training."""
+"""MLflow runs with one owner, against a real MLflow store: the owner starts and ends a run,
+attached loggers only log into it; failures warn once and never stop the work."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import warnings
 import pytest
 
 from ffjobs.tracking.config import TrackingConfig
-from ffjobs.tracking.mlflow_logger import RunLogger, TrackingWarning, flatten
+from ffjobs.tracking.mlflow_logger import (
+    RunLogger,
+    TrackingWarning,
+    end_run,
+    flatten,
+    reopen_run,
+    start_run,
+)
 
 
 def test_flatten_nested_config():
@@ -18,44 +26,52 @@ def test_flatten_nested_config():
     }
 
 
-def test_logs_params_and_metrics_and_resumes_the_same_run(tmp_path):
+def test_owner_starts_and_ends_attached_loggers_only_log(tmp_path):
     mlflow = pytest.importorskip("mlflow")
     config = TrackingConfig(
         tracking_uri=f"sqlite:///{tmp_path / 'db' / 'mlflow.db'}",
         artifact_location=str(tmp_path / "artifacts"),
         experiment="t",
     )
-    logger = RunLogger(config, active=True)
-    logger.start("run", {"train": {"lr": 0.001}})
-    logger.log_metrics({"loss/identity": 0.5, "images_per_s": 10.0}, step=2)
-    logger.finish()
-    again = RunLogger(config, active=True)
-    again.start("run", {}, run_id=logger.run_id)  # a restart continues the run it checkpointed
-    again.log_metrics({"loss/identity": 0.25}, step=4)
-    again.finish()
-
+    run_id = start_run(config, "key-1", {"train": {"lr": 0.001}}, {"ffjobs.run_key": "key-1"})
+    RunLogger(config, run_id).log_metrics({"loss/identity": 0.5, "images_per_s": 10.0}, step=2)
     client = mlflow.MlflowClient(config.tracking_uri)
-    run = client.get_run(logger.run_id)
+    assert client.get_run(run_id).info.status == "RUNNING"  # an attached logger never ends it
+    RunLogger(config, run_id).log_metrics({"loss/identity": 0.25}, step=4)
+    end_run(config, run_id, "FINISHED")
+
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "key-1"
     assert run.data.params["train.lr"] == "0.001"
-    history = client.get_metric_history(logger.run_id, "loss_identity")
+    assert run.data.tags["ffjobs.run_key"] == "key-1"
+    history = client.get_metric_history(run_id, "loss_identity")
     assert [(m.step, m.value) for m in history] == [(2, 0.5), (4, 0.25)]
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
-
-def test_inactive_ranks_and_disabled_tracking_do_nothing():
-    assert RunLogger(TrackingConfig(), active=False).active is False
-    assert RunLogger(TrackingConfig(enabled=False), active=True).active is False
+    assert reopen_run(config, run_id)  # the owner resuming the run
+    assert client.get_run(run_id).info.status == "RUNNING"
 
 
-def test_unreachable_server_warns_once_and_training_goes_on(monkeypatch):
+def test_no_run_and_disabled_tracking_do_nothing(tmp_path):
+    assert RunLogger(TrackingConfig(), None).active is False
+    assert RunLogger(TrackingConfig(enabled=False), "abc").active is False
+    disabled = TrackingConfig(enabled=False, tracking_uri=f"sqlite:///{tmp_path / 'x.db'}")
+    assert start_run(disabled, "k", {}) is None
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_unreachable_server_warns_once_and_the_work_goes_on(monkeypatch):
     pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
     # a closed loopback port: the tracking server is down
-    logger = RunLogger(TrackingConfig(tracking_uri="http://127.0.0.1:9"), active=True)
+    config = TrackingConfig(tracking_uri="http://127.0.0.1:9")
     with pytest.warns(TrackingWarning, match="127.0.0.1:9"):
-        logger.start("run", {"a": 1})
+        assert start_run(config, "run", {"a": 1}) is None
+    logger = RunLogger(config, "some-run-id")
+    with pytest.warns(TrackingWarning, match="127.0.0.1:9"):
+        logger.log_metrics({"x": 1.0}, step=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no second warning
-        logger.log_metrics({"x": 1.0}, step=1)
-        logger.finish()
+        logger.log_metrics({"x": 2.0}, step=2)
+        logger.set_tags({"a": "b"})

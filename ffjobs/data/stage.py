@@ -1,0 +1,53 @@
+"""The validation stage: check the dataset before anything trains on it."""
+
+from __future__ import annotations
+
+from ffjobs.config import Config
+from ffjobs.errors import ExitCode
+from ffjobs.runs.run import Run, StageOutcome, check_dataset_fingerprint
+
+
+def validate_stage(config: Config, run: Run) -> StageOutcome:
+    """Validate ``data.source`` into ``<run>/validation/``; fails when the policy fails.
+
+    Facts: ``fingerprint``, ``report`` (JSON path) and ``quarantine`` (the file listing what
+    training skips). A resumed run whose data changed is refused here.
+    """
+    from ffjobs.data.progress import ProgressLine
+    from ffjobs.data.report import write_report
+    from ffjobs.data.validate import validate_dataset
+    from ffjobs.models.prepare import ensure_demo_dataset
+
+    data = config.data
+    ensure_demo_dataset(config)
+    report = validate_dataset(
+        data.source,
+        data.validation,
+        layout=data.layout,
+        manifest=data.manifest,
+        progress=ProgressLine("validate"),
+        endpoint_url=data.s3_endpoint_url,
+        region=data.s3_region,
+    )
+    check_dataset_fingerprint(run, report.fingerprint)
+    paths = write_report(report, run.stage_dir("validation") / "report.json")
+    summary = (
+        f"{report.files} images, {report.identities} identities, "
+        f"{len(report.quarantine)} quarantined, fingerprint {report.fingerprint[:12]}"
+    )
+    if report.failures:
+        summary += ": " + report.failures[0]
+    return StageOutcome(
+        "validate",
+        "passed" if report.passed else "failed",
+        0.0,
+        summary,
+        ExitCode.OK if report.passed else ExitCode.FAILED,
+        artifacts=[str(p) for p in paths.values()],
+        metrics={"validation_bad_fraction": report.bad_fraction},
+        facts={
+            "fingerprint": report.fingerprint,
+            "report": str(paths["json"]),
+            "quarantine": str(paths["quarantine"]),
+        },
+    )

@@ -1,0 +1,275 @@
+"""Run identity: one key names everything of one pipeline run, and one owner holds its MLflow run.
+
+A run key (``<name>-<UTC stamp>-<6 hex>``, or given) names
+
+* the run directory ``<runs_dir>/<key>/``: ``config.json`` (the resolved config), ``run.json``
+  (this record: status, stages and their facts, MLflow run, model shape, dataset fingerprint)
+  and each stage's reports and logs;
+* the checkpoints, ``<train.checkpoint_dir>/<key>/`` (a local or shared path, or ``s3://``);
+* the MLflow run (its name, and the tag ``ffjobs.run_key``), the submitit folders and the SLURM
+  job name, and the Airflow DAG run's XCom.
+
+The process that creates (or resumes) a run is its *owner*: it starts the MLflow run and ends
+it. Everything else (training ranks, later Airflow tasks) attaches by the id it is handed and
+only logs. Stages never write into the config: what a later stage needs from an earlier one
+travels in the earlier stage's :class:`StageOutcome` facts, recorded in ``run.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ffjobs.config import Config, config_from_dict
+from ffjobs.errors import ExitCode, UserError
+from ffjobs.tracking.mlflow_logger import RunLogger, end_run, reopen_run, run_link, start_run
+
+RUN_FILE = "run.json"
+CONFIG_FILE = "config.json"
+RUN_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+@dataclass
+class StageOutcome:
+    """What one stage did: the contract every stage function returns."""
+
+    name: str
+    status: str
+    """``passed``, ``failed`` or ``skipped`` (ran, but had nothing to do: said in ``summary``)."""
+    seconds: float
+    summary: str
+    exit_code: int = ExitCode.OK
+    artifacts: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+    """What later stages or an orchestrator need: fingerprint, verdict, report and checkpoint."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "exit_code": int(self.exit_code)}
+
+
+def new_run_key(name: str, now: datetime | None = None) -> str:
+    """``<name>-<YYYYmmdd-HHMMSS>-<6 hex>``: sortable by time, unique without coordination."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._") or "run"
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+    return f"{stem[:64]}-{stamp}-{secrets.token_hex(3)}"
+
+
+def check_run_key(key: str) -> str:
+    if not RUN_KEY.fullmatch(key):
+        raise UserError(
+            f"run key {key!r}: use letters, digits, '.', '_' or '-' (at most 128), starting "
+            "with a letter or digit; it names folders and jobs"
+        )
+    return key
+
+
+def model_shape(config: Config) -> dict[str, Any]:
+    """The model fields a checkpoint's tensors depend on (resuming must keep them)."""
+    shape = asdict(config.model)
+    for not_shape in ("identity_weights", "losses"):
+        shape.pop(not_shape, None)
+    return shape
+
+
+def join_location(base: str, name: str) -> str:
+    """``base/name`` for a local path or an ``s3://`` prefix."""
+    if base.startswith("s3://"):
+        return base.rstrip("/") + "/" + name
+    return str(Path(base) / name)
+
+
+@dataclass
+class Run:
+    """One pipeline run, as seen by the process holding it."""
+
+    key: str
+    dir: Path
+    config: Config
+    record: dict[str, Any]
+    owner: bool = False
+    """True in the process that created or resumed the run: it ends the MLflow run."""
+    echo: Callable[[str], None] = print
+    """Where progress lines go (stderr for ``--json`` callers, a logger in Airflow)."""
+    quiet_stdout: bool = False
+    """Keep stdout clean for a final JSON document: ranks print to stderr."""
+    outcomes: list[StageOutcome] = field(default_factory=list)
+    """The stages of this process's pass (the record keeps every pass's latest per stage)."""
+
+    @property
+    def mlflow_run_id(self) -> str | None:
+        return self.record.get("mlflow_run_id")
+
+    @property
+    def logger(self) -> RunLogger:
+        return RunLogger(self.config.tracking, self.mlflow_run_id)
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """This run's own checkpoint folder: ``<train.checkpoint_dir>/<key>``."""
+        return join_location(self.config.train.checkpoint_dir, self.key)
+
+    def facts(self, stage: str) -> dict[str, Any]:
+        """The facts of ``stage``'s latest outcome in this run (``{}`` if it has not run)."""
+        for outcome in reversed(self.record.get("stages", [])):
+            if outcome["name"] == stage:
+                return dict(outcome.get("facts", {}))
+        return {}
+
+    def stage_dir(self, stage: str) -> Path:
+        path = self.dir / stage
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def record_outcome(self, outcome: StageOutcome) -> None:
+        self.outcomes.append(outcome)
+        stages = [s for s in self.record.get("stages", []) if s["name"] != outcome.name]
+        self.record["stages"] = [*stages, outcome.to_dict()]
+        self.save()
+
+    def save(self) -> None:
+        self.record["updated"] = _now()
+        tmp = self.dir / f".{RUN_FILE}.tmp"
+        tmp.write_text(json.dumps(self.record, indent=2, default=str) + "\n")
+        os.replace(tmp, self.dir / RUN_FILE)
+
+
+def create_run(
+    config: Config,
+    *,
+    key: str | None = None,
+    echo: Callable[[str], None] = print,
+    quiet_stdout: bool = False,
+    tags: dict[str, str] | None = None,
+) -> Run:
+    """Start a new run (this process is its owner): run directory, record, MLflow run."""
+    key = check_run_key(key) if key else new_run_key(config.name)
+    run_dir = Path(config.runs_dir) / key
+    if (run_dir / RUN_FILE).exists():
+        raise UserError(f"run {key} already exists in {config.runs_dir}; continue it with --resume")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"runs_dir: cannot create {run_dir}: {exc.strerror}") from None
+    (run_dir / CONFIG_FILE).write_text(config.dump("json") + "\n")
+    record: dict[str, Any] = {
+        "key": key,
+        "name": config.name,
+        "created": _now(),
+        "status": "running",
+        "run_dir": str(run_dir),
+        "checkpoint_dir": join_location(config.train.checkpoint_dir, key),
+        "model_shape": model_shape(config),
+        "dataset_fingerprint": None,
+        "tracking_uri": config.tracking.tracking_uri if config.tracking.enabled else None,
+        "mlflow_run_id": None,
+        "stages": [],
+        "passes": 1,
+        **({"tags": tags} if tags else {}),
+    }
+    run = Run(key, run_dir, config, record, owner=True, echo=echo, quiet_stdout=quiet_stdout)
+    run.save()
+    mlflow_tags = {"ffjobs.run_key": key, "ffjobs.run_dir": str(run_dir), **(tags or {})}
+    record["mlflow_run_id"] = start_run(config.tracking, key, config.to_dict(), mlflow_tags)
+    run.save()
+    return run
+
+
+def find_run_dir(key: str, runs_dir: str | Path) -> Path:
+    check_run_key(key)
+    run_dir = Path(runs_dir) / key
+    if not (run_dir / RUN_FILE).exists():
+        known = sorted(p.name for p in Path(runs_dir).glob(f"*/{RUN_FILE}"))
+        hint = f"; known runs: {', '.join(p for p in known[-5:])}" if known else ""
+        raise UserError(f"run {key} not found in {runs_dir}/{hint}")
+    return run_dir
+
+
+def load_record(run_dir: Path) -> tuple[dict[str, Any], Config]:
+    """The record and resolved config of the run in ``run_dir``."""
+    try:
+        record = json.loads((run_dir / RUN_FILE).read_text())
+        config_data = json.loads((run_dir / CONFIG_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(f"{run_dir}: not a readable ffjobs run ({exc})") from None
+    return record, config_from_dict(config_data, source=str(run_dir / CONFIG_FILE))
+
+
+def attach_run(
+    run_dir: str | Path, *, echo: Callable[[str], None] = print, quiet_stdout: bool = False
+) -> Run:
+    """Hold a run another process owns (a later Airflow task): log into it, never end it."""
+    run_dir = Path(run_dir)
+    record, config = load_record(run_dir)
+    return Run(record["key"], run_dir, config, record, echo=echo, quiet_stdout=quiet_stdout)
+
+
+def resume_run(
+    key: str,
+    config: Config,
+    *,
+    echo: Callable[[str], None] = print,
+    quiet_stdout: bool = False,
+) -> Run:
+    """Continue run ``key`` with ``config`` (its own, plus any overrides): same checkpoints,
+    same MLflow run; this process becomes the owner again. Refuses another model shape."""
+    run_dir = find_run_dir(key, config.runs_dir)
+    record, _ = load_record(run_dir)
+    started, now = record.get("model_shape"), model_shape(config)
+    if started is not None and started != now:
+        changed = sorted(k for k in set(started) | set(now) if started.get(k) != now.get(k))
+        first = changed[0]
+        raise UserError(
+            f"--resume {key}: model.{first} is {now.get(first)!r} but the run was started with "
+            f"{started.get(first)!r}; its checkpoints would not load (start a new run instead)"
+        )
+    (run_dir / CONFIG_FILE).write_text(config.dump("json") + "\n")
+    record.update(status="running", passes=int(record.get("passes", 1)) + 1)
+    record["checkpoint_dir"] = join_location(config.train.checkpoint_dir, key)
+    run = Run(key, run_dir, config, record, owner=True, echo=echo, quiet_stdout=quiet_stdout)
+    if run.mlflow_run_id is not None:
+        reopen_run(config.tracking, run.mlflow_run_id)
+    elif config.tracking.enabled:  # tracking was off or unreachable when the run started
+        record["mlflow_run_id"] = start_run(config.tracking, key, config.to_dict(), {})
+    run.save()
+    return run
+
+
+def finish_run(run: Run, status: str, *, end_tracking: bool | None = None) -> None:
+    """Record the run's end (``FINISHED`` or ``FAILED``) and end its MLflow run.
+
+    Only the owner ends the MLflow run, unless ``end_tracking`` says otherwise: the last
+    Airflow task of a DAG run ends it on behalf of the first, which created it.
+    """
+    run.record["status"] = {"FINISHED": "passed", "FAILED": "failed"}.get(status, status.lower())
+    run.save()
+    if run.owner if end_tracking is None else end_tracking:
+        end_run(run.config.tracking, run.mlflow_run_id, status)
+
+
+def check_dataset_fingerprint(run: Run, fingerprint: str) -> None:
+    """Record the dataset a run trains on; refuse to continue a run on different data."""
+    started = run.record.get("dataset_fingerprint")
+    if started and started != fingerprint:
+        raise UserError(
+            f"run {run.key} was started on dataset fingerprint {started[:12]}, but "
+            f"{run.config.data.source} now has {fingerprint[:12]}; the data changed, so start "
+            "a new run instead of --resume"
+        )
+    run.record["dataset_fingerprint"] = fingerprint
+    run.save()
+
+
+def link(run: Run) -> str | None:
+    return run_link(run.config.tracking, run.mlflow_run_id)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

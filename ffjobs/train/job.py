@@ -1,0 +1,43 @@
+"""One training job as the ranks receive it: what to train, where its checkpoints go, which
+MLflow run rank 0 logs into. Plain data, so it travels as JSON to local ranks and pickled to
+SLURM tasks alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ffjobs.config import Config, config_from_dict
+
+DATA_KINDS = ("dataset", "memory")
+"""``dataset``: the configured image dataset (training identities); ``memory``: random tensors."""
+
+
+@dataclass
+class TrainJob:
+    config: dict[str, Any]
+    """The resolved config (``Config.to_dict()``)."""
+    checkpoint_dir: str
+    """This run's checkpoint folder (``<train.checkpoint_dir>/<run key>``), local or s3://."""
+    mlflow_run_id: str | None = None
+    """The pipeline's MLflow run; rank 0 attaches to it (never starts or ends it)."""
+    quarantine: str | None = None
+    """File listing the images validation rejected; the training index skips them."""
+    data: str = "dataset"
+    mode: str = "train"
+    """``train``, or ``bench`` (``ffjobs bench train``: timed steps, no checkpoints kept)."""
+    bench: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of ``ffjobs.bench.train.bench_rank`` in bench mode."""
+
+    def __post_init__(self) -> None:
+        if self.data not in DATA_KINDS:
+            raise ValueError(f"data must be one of {DATA_KINDS}, got {self.data!r}")
+
+    @classmethod
+    def of(cls, config: Config, **fields: Any) -> TrainJob:
+        """A job for ``config``; the checkpoint folder defaults to ``train.checkpoint_dir``."""
+        fields.setdefault("checkpoint_dir", config.train.checkpoint_dir)
+        return cls(config=config.to_dict(), **fields)
+
+    def resolved_config(self) -> Config:
+        return config_from_dict(self.config, source="the training job")
