@@ -2,8 +2,9 @@
 
 Trigger it by hand from the UI form: pick a config preset and override a few common fields
 (empty keeps the preset's value), or add any ``key=value`` under ``overrides``. One DAG run is
-one run directory (``runs/<name>-<stamp>`` under the worker's working directory) and one
-MLflow run; see each task's XCom for the report paths, the verdict and the checkpoint.
+one run: a run key, a run directory (``runs/<run key>`` under the worker's working directory),
+its own checkpoint folder and one MLflow run; ``resume`` continues an earlier run instead. Each
+task's XCom carries the run key and the stage's small facts (report paths, verdict, checkpoint).
 """
 
 from __future__ import annotations
@@ -55,11 +56,19 @@ from ffjobs.config import param_schema
             description="Nodes of the training job.",
         ),
         "nproc": Param(
-            2,
-            type="integer",
-            minimum=1,
-            title="Local training ranks",
-            description="Processes the train task starts on this worker.",
+            None,
+            **param_schema("slurm.tasks_per_node", nullable=True),
+            title="Local ranks",
+            description="Processes the preflight and train tasks start on this worker "
+            "(slurm.tasks_per_node); empty keeps the preset's value.",
+        ),
+        "resume": Param(
+            None,
+            type=["null", "string"],
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+            title="Resume run",
+            description="Run key to continue (its config, checkpoints and MLflow run; the fields "
+            "above override it); empty starts a new run.",
         ),
         "overrides": Param(
             [],

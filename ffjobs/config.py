@@ -30,7 +30,6 @@ import yaml
 
 from ffjobs.data.config import DataConfig
 from ffjobs.errors import UserError
-from ffjobs.evaluate.config import EvaluateConfig
 from ffjobs.models.config import ModelConfig
 from ffjobs.preflight.config import PreflightConfig
 from ffjobs.slurm.config import SlurmConfig
@@ -78,7 +77,6 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

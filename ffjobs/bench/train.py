@@ -166,9 +166,9 @@ def _bench_train(args: argparse.Namespace) -> int:
     config.train.progress = False
     config.tracking.enabled = False
     if args.data == "dataset":
-        from ffjobs.train.commands import ensure_dataset
+        from ffjobs.models.prepare import ensure_demo_inputs
 
-        ensure_dataset(config)
+        ensure_demo_inputs(config)
     bench = {
         "warmup": args.warmup,
         "steps": args.steps,
@@ -177,17 +177,9 @@ def _bench_train(args: argparse.Namespace) -> int:
     }
     started = datetime.datetime.now(datetime.UTC)
     try:
-        if args.nproc == 1:
-            import contextlib
-
-            from ffjobs.train.worker import run_rank
-
-            with contextlib.redirect_stdout(sys.stderr):
-                report = run_rank(config, "bench", args.data, bench)
-        else:
-            report = launch_local(
-                config, args.nproc, mode="bench", data=args.data, bench=bench, quiet_stdout=True
-            )
+        report = launch_local(
+            config, args.nproc, mode="bench", data=args.data, bench=bench, quiet_stdout=True
+        )
     except LaunchFailed as exc:
         print(f"ffjobs: bench train failed: {exc}", file=sys.stderr)
         return ExitCode.FAILED

@@ -42,8 +42,6 @@ class PreflightConfig:
     """A node or node pair below this fraction of the median of its peers is suspect."""
     probe_topology: bool = True
     """Run ``nvidia-smi topo -m`` on each node (skipped silently when nvidia-smi is absent)."""
-    run_dir: str = "runs/preflight"
-    """Where reports, per-rank results and NCCL logs are written (one sub-directory per run)."""
     timeout_s: float = field(default=120.0, metadata={"gt": 0.0})
     """Limit for process-group setup and each collective."""
 

@@ -12,4 +12,3 @@ class TrackingConfig:
     """MLflow tracking URI: ``http://host:port`` for a server, ``sqlite:///...`` locally."""
     artifact_location: str | None = None
     experiment: str = "ffjobs"
-    registered_model: str = "ffjobs-face-fusion"

@@ -76,6 +76,7 @@ class Trainer:
         device: torch.device,
         dataset: torch.utils.data.Dataset,
         *,
+        checkpoint_dir: str | None = None,
         models: FusionModels | None = None,
         logger: RunLogger | None = None,
         flops_per_image: float | None = None,
@@ -97,7 +98,10 @@ class Trainer:
         seed_everything(tc.seed + 1000 * env.rank)
 
         self.ema = GeneratorEMA(generator, tc.ema_decay) if tc.ema_decay is not None else None
-        self.checkpointer = Checkpointer(tc.checkpoint_dir, keep=tc.keep_checkpoints)
+        # a run's own folder (<train.checkpoint_dir>/<run key>) when the caller names one
+        self.checkpointer = Checkpointer(
+            checkpoint_dir or tc.checkpoint_dir, keep=tc.keep_checkpoints
+        )
         # drills record having fired next to the checkpoints, so a restarted job is not hit again
         self.faults = FaultInjector(tc.faults, env.rank, self.checkpointer.store)
         self.comm = CommTimer(device)
@@ -121,12 +125,12 @@ class Trainer:
             device,
             depth=tc.grad_accum,
         )
-        self.logger = logger if logger is not None else RunLogger(config.tracking, active=False)
+        # attached to the run's MLflow run by its owner (rank 0 only); never started or ended here
+        self.logger = logger if logger is not None else RunLogger(config.tracking, None)
         self.meter = ThroughputMeter(device, self.comm)
         self.flops_per_image = flops_per_image
         self.step = 0
         self.stop = StopRequest(env.rank)
-        self._resumed_run_id: str | None = None
 
     @property
     def g_module(self) -> nn.Module:
@@ -228,9 +232,7 @@ class Trainer:
         start = self.resume() if self.tc.resume else 0
         result = TrainResult(start_step=start, final_step=start)
         self.stop.install()
-        # one MLflow run per training job: a restart continues the run its checkpoint names
-        self.logger.start(self.config.name, self.config.to_dict(), run_id=self._resumed_run_id)
-        self.logger.set_tags({"resumed_from_step": str(start)} if start else {})
+        self.logger.set_tags({"ffjobs.resumed_from_step": str(start)} if start else {})
         for _ in self.run_steps(self.tc.steps - start, result):
             pass
         return result
@@ -299,7 +301,6 @@ class Trainer:
             "ema": self.ema.state_dict() if self.ema is not None else None,
             "optimizer_state": {net.name: net.optimizer_state() for net in self.networks},
             "world_size": self.world_size,
-            "mlflow_run_id": self.logger.run_id,
             "config": self.config.to_dict(),
         }
 
@@ -347,6 +348,5 @@ class Trainer:
             self.data.set_epoch(rank_states[0]["data"]["epoch"] + 1)
             seed_everything(self.tc.seed + 1000 * self.env.rank + ref.step)
         self.step = int(state["step"])
-        self._resumed_run_id = state.get("mlflow_run_id")
         print0(f"resumed from {ref.location} at step {self.step}")
         return self.step

@@ -106,6 +106,8 @@ def test_params_are_typed_with_defaults_for_the_trigger_form(parsed):
     assert params["train_lr"]["schema"]["exclusiveMinimum"] == 0
     assert params["data_source"]["schema"]["type"] == ["null", "string"]
     assert params["slurm_nodes"]["schema"]["minimum"] == 1
+    assert params["nproc"]["schema"]["minimum"] == 1  # slurm.tasks_per_node's own bound
+    assert params["resume"]["default"] is None
     assert params["overrides"]["default"] == []
     assert params["overrides"]["schema"]["items"]["type"] == "string"
     # empty typed overrides keep the preset's value
@@ -113,7 +115,7 @@ def test_params_are_typed_with_defaults_for_the_trigger_form(parsed):
 
 
 def test_every_typed_param_maps_to_a_config_key(parsed):
-    typed = set(parsed["params"]) - {"config", "nproc", "overrides"}
+    typed = set(parsed["params"]) - {"config", "resume", "overrides"}
     assert typed == set(parsed["param_overrides"])
 
 
@@ -122,6 +124,7 @@ def test_params_become_set_strings_and_a_config(parsed):
         "train.steps=7",
         "train.lr=0.0003",
         'data.source="s3://b/p"',
+        "slurm.tasks_per_node=2",
         "train.batch_size=16",
     ]
     config = parsed["config"]

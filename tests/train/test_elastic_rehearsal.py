@@ -194,8 +194,9 @@ def test_killed_rank_recovers_through_an_elastic_restart_bit_for_bit(tmp_path):
     assert drill.count(rf"trained steps {start_step} -> {STEPS} on 2 rank\(s\)") == 2
 
     # exact resume: the same final weights as the straight run, bit for bit
-    reference = final_weights(tmp_path / "straight" / "ckpt")
-    resumed = final_weights(tmp_path / "drill" / "ckpt")
+    # under torchrun the run key is the rendezvous id, so each rehearsal has its own folder
+    reference = final_weights(tmp_path / "straight" / "ckpt" / "straight")
+    resumed = final_weights(tmp_path / "drill" / "ckpt" / "drill")
     assert reference["step"] == resumed["step"] == STEPS
     for net in ("generator", "discriminator", "ema"):
         for key, value in reference[net].items():

@@ -33,7 +33,8 @@ def test_state_dict_holds_plain_weights_and_each_networks_optimizer_state(tmp_pa
     assert set(state["optimizer_state"]) == {"generator", "discriminator"}
     for entry in state["optimizer_state"].values():
         assert set(entry) == {"optimizer", "scheduler", "scaler"}
-    assert state["world_size"] == 1 and "mlflow_run_id" in state and "config" in state
+    assert state["world_size"] == 1 and "config" in state
+    assert "mlflow_run_id" not in state  # the run owns its MLflow run, not the checkpoint
 
 
 def test_resume_restores_every_network_from_a_saved_step(tmp_path):
