@@ -20,18 +20,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ffjobs.models.config import ModelConfig
+from ffjobs.models.numerics import at_least_float32
 
 
 def _normalise_and_modulate(x: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> Tensor:
     """``(x - mean) * rstd * gamma + beta`` per sample and channel, as one pass over ``x``.
 
     Statistics come from one ``var_mean`` read; the per-channel ``scale``/``shift`` are tiny
-    float32 tensors; the single ``addcmul`` keeps the memory layout (channels_last stays
-    channels_last, unlike ``F.instance_norm``, which reshapes and copies).
+    float32 tensors (float64 in a float64 model); the single ``addcmul`` keeps the memory layout
+    (channels_last stays channels_last, unlike ``F.instance_norm``, which reshapes and copies).
     """
     var, mean = torch.var_mean(x, dim=(2, 3), keepdim=True, correction=0)
-    scale = gamma * torch.rsqrt(var.float() + eps)
-    shift = beta - mean.float() * scale
+    scale = gamma * torch.rsqrt(at_least_float32(var) + eps)
+    shift = beta - at_least_float32(mean) * scale
     return torch.addcmul(shift.to(x.dtype), x, scale.to(x.dtype))
 
 
@@ -45,8 +46,8 @@ class InstanceNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: Tensor) -> Tensor:
-        gamma = self.weight.float()[None, :, None, None]
-        beta = self.bias.float()[None, :, None, None]
+        gamma = at_least_float32(self.weight)[None, :, None, None]
+        beta = at_least_float32(self.bias)[None, :, None, None]
         return _normalise_and_modulate(x, gamma, beta, self.eps)
 
 
@@ -63,7 +64,7 @@ class AdaptiveInstanceNorm(nn.Module):
         self.style = nn.Linear(identity_dim, 2 * channels)
 
     def forward(self, x: Tensor, embedding: Tensor) -> Tensor:
-        gamma, beta = self.style(embedding).float()[:, :, None, None].chunk(2, dim=1)
+        gamma, beta = at_least_float32(self.style(embedding))[:, :, None, None].chunk(2, dim=1)
         return _normalise_and_modulate(x, 1.0 + gamma, beta, self.eps)
 
 
@@ -132,7 +133,9 @@ class Generator(nn.Module):
         self.decoder = nn.Sequential(*decoder)
 
     def forward(self, target: Tensor, source_embedding: Tensor) -> Tensor:
-        embedding = F.normalize(source_embedding.float(), dim=1).to(source_embedding.dtype)
+        embedding = F.normalize(at_least_float32(source_embedding), dim=1).to(
+            source_embedding.dtype
+        )
         h = self.encoder(target)
         for block in self.bottleneck:
             h = block(h, embedding)

@@ -30,11 +30,12 @@ from torch import Tensor
 
 from ffjobs.models.config import LossWeights
 from ffjobs.models.discriminator import DiscriminatorOutput
+from ffjobs.models.numerics import at_least_float32
 
 
 def identity_cosine(embedding_a: Tensor, embedding_b: Tensor) -> Tensor:
-    """Per-sample cosine similarity of two embedding batches, in float32."""
-    return F.cosine_similarity(embedding_a.float(), embedding_b.float(), dim=1)
+    """Per-sample cosine similarity of two embedding batches, in at least float32."""
+    return F.cosine_similarity(at_least_float32(embedding_a), at_least_float32(embedding_b), dim=1)
 
 
 def identity_loss(fused_embedding: Tensor, source_embedding: Tensor) -> Tensor:
@@ -44,13 +45,13 @@ def identity_loss(fused_embedding: Tensor, source_embedding: Tensor) -> Tensor:
 
 def reconstruction_loss(fused: Tensor, target: Tensor, same_identity: Tensor) -> Tensor:
     """L1 between fused and target over same-identity pairs, divided by the batch size."""
-    per_sample = (fused.float() - target.float()).abs().mean(dim=(1, 2, 3))
+    per_sample = (at_least_float32(fused) - at_least_float32(target)).abs().mean(dim=(1, 2, 3))
     return (per_sample * same_identity.to(per_sample.dtype)).mean()
 
 
 def adversarial_generator_loss(disc_fused: Sequence[DiscriminatorOutput]) -> Tensor:
     """Hinge generator term: ``-mean(D(fused))``, averaged over scales."""
-    return torch.stack([-out.logits.float().mean() for out in disc_fused]).mean()
+    return torch.stack([-at_least_float32(out.logits).mean() for out in disc_fused]).mean()
 
 
 def feature_matching_loss(
@@ -58,7 +59,9 @@ def feature_matching_loss(
 ) -> Tensor:
     """L1 between the last features of D(fused) and D(real) (real detached), over scales."""
     terms = [
-        F.l1_loss(fused.features[-1].float(), real.features[-1].detach().float())
+        F.l1_loss(
+            at_least_float32(fused.features[-1]), at_least_float32(real.features[-1].detach())
+        )
         for fused, real in zip(disc_fused, disc_real, strict=True)
     ]
     return torch.stack(terms).mean()
@@ -72,8 +75,12 @@ def discriminator_loss(
     Returns ``d_real``, ``d_fused`` and ``total``. Pass ``fused.detach()`` through the
     discriminator so this loss does not reach the generator.
     """
-    real = torch.stack([F.relu(1.0 - out.logits.float()).mean() for out in disc_real]).mean()
-    fused = torch.stack([F.relu(1.0 + out.logits.float()).mean() for out in disc_fused]).mean()
+    real = torch.stack(
+        [F.relu(1.0 - at_least_float32(out.logits)).mean() for out in disc_real]
+    ).mean()
+    fused = torch.stack(
+        [F.relu(1.0 + at_least_float32(out.logits)).mean() for out in disc_fused]
+    ).mean()
     return {"d_real": real, "d_fused": fused, "total": real + fused}
 
 

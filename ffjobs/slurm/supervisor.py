@@ -1,0 +1,357 @@
+"""Retry a training job until it succeeds, fails for good, or spends its attempt budget.
+
+A small loop with every side effect injected, so a SLURM backend, a local backend, the CLI and an
+Airflow operator can all drive it: the backend runs one attempt to its end and reports an
+:class:`AttemptResult`; the supervisor classifies a failure (:func:`classify_failure`), records
+it, and either stops with a one-line reason or waits and runs the next attempt with the suspect
+nodes excluded. Resuming from the newest verified checkpoint is the job's own business (the
+trainer always resumes); a requeue that submitit or SLURM did itself is the backend's business
+too (it reports the final state of the whole job). Standard library only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from ffjobs.slurm.failures import Failure, RankLog, classify_failure
+from ffjobs.slurm.jobstate import JobState
+
+# The classifier speaks SLURM's state names; these JobStates are spelled differently there.
+_CLASSIFIER_STATE = {
+    JobState.SUCCEEDED: "COMPLETED",
+    JobState.TIMED_OUT: "TIMEOUT",
+    JobState.NODE_FAILED: "NODE_FAIL",
+}
+
+
+@dataclass(kw_only=True)
+class RetryPolicy:
+    """How many attempts a job gets and how long to wait between them."""
+
+    max_attempts: int
+    """The attempt budget, first attempt included (>= 1)."""
+    backoff_s: float
+    """Wait after the first failed attempt."""
+    backoff_factor: float = 2.0
+    backoff_max_s: float
+    retry_oom: bool = False
+    """Retry OUT_OF_MEMORY too: only for a caller that changes something before it retries."""
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if self.backoff_s < 0 or self.backoff_max_s < 0:
+            raise ValueError("backoff_s and backoff_max_s must be >= 0")
+        if self.backoff_factor < 1:
+            raise ValueError(f"backoff_factor must be >= 1, got {self.backoff_factor}")
+
+    def delay(self, attempt_number: int) -> float:
+        """Seconds to wait after attempt ``attempt_number`` (1-based) failed:
+        ``backoff_s * backoff_factor ** (attempt_number - 1)``, capped at ``backoff_max_s``."""
+        if attempt_number < 1:
+            raise ValueError(f"attempt numbers start at 1, got {attempt_number}")
+        return min(self.backoff_s * self.backoff_factor ** (attempt_number - 1), self.backoff_max_s)
+
+
+@dataclass(kw_only=True)
+class AttemptResult:
+    """What a backend reports once one attempt has ended. Times are wall-clock epoch seconds."""
+
+    job_id: str | None
+    """SLURM job id; None for a local launch."""
+    nodes: tuple[str, ...]
+    state: JobState
+    """Final state of the attempt (after any requeue SLURM or submitit did on its own)."""
+    exit_code: int | None = None
+    ranks: Sequence[RankLog] = ()
+    """What each rank printed, for the failure classification."""
+    start_step: int | None = None
+    """Step the attempt resumed from (0 for a fresh run)."""
+    final_step: int | None = None
+    """Last step the job reached, per its logs or result."""
+    checkpoint_step: int | None = None
+    """Newest verified checkpoint when the attempt ended."""
+    checkpoint_at: float | None = None
+    """When that checkpoint was written, if the backend knows."""
+    started_at: float
+    ended_at: float
+    first_step_at: float | None = None
+    """Time of the first training step after the start: start-up and recovery cost."""
+    failed_at: float | None = None
+    """When the failure happened, if known (a hung collective ends long after it)."""
+    slurm_state: str | None = None
+    """SLURM's own state name (``NODE_FAIL``, ``DEADLINE``, ...) when there is one; it is finer
+    than ``state`` and is what the classifier is given."""
+
+
+class AttemptBackend(Protocol):
+    """Runs attempts of one training job.
+
+    A backend may also define ``usable_nodes(exclude: tuple[str, ...]) -> int | None``: how many
+    nodes stay eligible for the job with ``exclude`` left out (None if unknown). Without it the
+    supervisor cannot tell that excluding suspects leaves too few nodes, and submits anyway.
+    A submission that fails (sbatch rejects the job) is best reported as a FAILED result with
+    sbatch's message in ``ranks``: then it is classified (CONFIG) instead of raised.
+    """
+
+    def run_attempt(self, number: int, exclude: tuple[str, ...]) -> AttemptResult:
+        """Submit attempt ``number`` (1-based) without the ``exclude`` nodes; wait for its end."""
+        ...
+
+
+@dataclass
+class AttemptRecord:
+    """One attempt, as the run's attempt log and its MLflow run keep it."""
+
+    number: int
+    job_id: str | None
+    nodes: tuple[str, ...]
+    excluded: tuple[str, ...]
+    """The exclude list this attempt ran with."""
+    state: JobState
+    exit_code: int | None
+    kind: str | None
+    """The :class:`FailureKind` value; None for a success."""
+    retryable: bool
+    summary: str
+    evidence: tuple[str, ...]
+    suspect_nodes: tuple[str, ...]
+    start_step: int | None
+    final_step: int | None
+    checkpoint_step: int | None
+    steps_lost: int
+    """Steps trained past the newest verified checkpoint, to be redone (see :func:`steps_lost`)."""
+    seconds_lost: float
+    """Wall seconds of work to be redone (see :func:`seconds_lost`)."""
+    started_at: float
+    ended_at: float
+    first_step_s: float | None
+    """Seconds from the start to the first training step: what starting (or recovering) cost."""
+    wait_before_next_s: float = 0.0
+    """Backoff before the next attempt; 0 when there is none."""
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.ended_at - self.started_at)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (state as its value, tuples as lists)."""
+        out = asdict(self)
+        out["state"] = self.state.value
+        for name in ("nodes", "excluded", "evidence", "suspect_nodes"):
+            out[name] = list(out[name])
+        return out
+
+
+@dataclass
+class SupervisedOutcome:
+    """How supervising a job ended."""
+
+    succeeded: bool
+    attempts: list[AttemptRecord]
+    final: Failure | None
+    """The last attempt's failure; None on success or when nothing was submitted."""
+    reason: str
+    """One line: why the supervisor stopped."""
+    goodput: float
+    """Productive share of the wall time, see :func:`goodput`."""
+    exclude: tuple[str, ...] = ()
+    """The exclude list at the end: the initial one plus every suspect."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "succeeded": self.succeeded,
+            "attempts": [record.to_dict() for record in self.attempts],
+            "final": self.final.to_dict() if self.final else None,
+            "reason": self.reason,
+            "goodput": self.goodput,
+            "exclude": list(self.exclude),
+        }
+
+
+def steps_lost(result: AttemptResult) -> int:
+    """Steps to redo after ``result``: ``final_step - checkpoint_step`` for a failed attempt when
+    both are known (never negative), else 0; 0 for a success."""
+    if result.state is JobState.SUCCEEDED:
+        return 0
+    if result.final_step is None or result.checkpoint_step is None:
+        return 0
+    return max(0, result.final_step - result.checkpoint_step)
+
+
+def seconds_lost(result: AttemptResult) -> float:
+    """Wall seconds of ``result`` whose work must be redone: ``ended_at`` minus the time of the
+    newest checkpoint, counted from no earlier than the attempt's start.
+
+    - success: 0;
+    - ``checkpoint_at`` given: ``ended_at - max(checkpoint_at, started_at)`` (a checkpoint older
+      than the attempt means it saved nothing new: the whole attempt is lost);
+    - no checkpoint newer than ``start_step`` (or the steps are unknown): the whole duration;
+    - a newer checkpoint at an unknown time: its time is interpolated linearly over the steps
+      from the first step (``first_step_at``, else ``started_at``) to the last one (``failed_at``,
+      else ``ended_at``).
+    """
+    if result.state is JobState.SUCCEEDED:
+        return 0.0
+    duration = max(0.0, result.ended_at - result.started_at)
+    if result.checkpoint_at is not None:
+        return min(duration, max(0.0, result.ended_at - result.checkpoint_at))
+    start, saved, final = result.start_step, result.checkpoint_step, result.final_step
+    if start is None or saved is None or final is None or saved <= start or final <= start:
+        return duration
+    first = result.first_step_at if result.first_step_at is not None else result.started_at
+    last = result.failed_at if result.failed_at is not None else result.ended_at
+    saved_at = first + (last - first) * min(1.0, (saved - start) / (final - start))
+    return min(duration, max(0.0, result.ended_at - saved_at))
+
+
+def goodput(attempts: Sequence[AttemptRecord]) -> float:
+    """Productive seconds over wall seconds across ``attempts``, between 0 and 1.
+
+    Productive: each attempt's duration minus its ``seconds_lost`` (start-up counts as
+    productive). Wall: from the first attempt's start to the last one's end, so backoff waits and
+    queueing between attempts count against it. 0 without attempts or wall time.
+    """
+    if not attempts:
+        return 0.0
+    wall = max(r.ended_at for r in attempts) - min(r.started_at for r in attempts)
+    if wall <= 0:
+        return 0.0
+    productive = sum(max(0.0, r.duration_s - r.seconds_lost) for r in attempts)
+    return min(1.0, productive / wall)
+
+
+def _ignore(_record: AttemptRecord) -> None:
+    pass
+
+
+def supervise(
+    backend: AttemptBackend,
+    policy: RetryPolicy,
+    *,
+    nodes_needed: int,
+    exclude: Sequence[str] = (),
+    record: Callable[[AttemptRecord], None] = _ignore,
+    echo: Callable[[str], None] = print,
+    sleep: Callable[[float], None] = time.sleep,
+    classify: Callable[..., Failure] = classify_failure,
+) -> SupervisedOutcome:
+    """Run attempts of a job through ``backend`` until one succeeds, a failure is not retryable,
+    excluding suspects leaves fewer than ``nodes_needed`` nodes, or ``policy.max_attempts`` are
+    spent.
+
+    Each attempt ends in one :class:`AttemptRecord` passed to ``record`` and one line to ``echo``.
+    A retryable failure adds its suspect nodes to the exclude list (deduplicated, order kept);
+    the supervisor then waits ``policy.delay(n)`` through ``sleep`` and runs attempt ``n + 1``.
+    ``classify`` is called like :func:`classify_failure`.
+    """
+    if nodes_needed < 1:
+        raise ValueError(f"nodes_needed must be >= 1, got {nodes_needed}")
+    excluded = tuple(dict.fromkeys(exclude))
+    records: list[AttemptRecord] = []
+
+    def outcome(succeeded: bool, final: Failure | None, reason: str) -> SupervisedOutcome:
+        return SupervisedOutcome(succeeded, records, final, reason, goodput(records), excluded)
+
+    shortage = _node_shortage(backend, excluded, nodes_needed)
+    if shortage:
+        echo(f"not submitting: {shortage}")
+        return outcome(False, None, shortage)
+
+    failure: Failure | None = None
+    for number in range(1, policy.max_attempts + 1):
+        result = backend.run_attempt(number, excluded)
+        head = f"attempt {number}/{policy.max_attempts}: {_where(result)}"
+        if result.state is JobState.SUCCEEDED:
+            records.append(_record(number, result, excluded, None))
+            record(records[-1])
+            echo(f"{head} succeeded{_steps(result)}")
+            return outcome(True, None, f"succeeded after {number} attempt(s)")
+
+        state = result.slurm_state or _CLASSIFIER_STATE.get(result.state, result.state.value)
+        failure = classify(state, result.exit_code, result.ranks, retry_oom=policy.retry_oom)
+        entry = _record(number, result, excluded, failure)
+        records.append(entry)
+        head = f"{head} failed: {failure.summary}"
+
+        if not failure.retryable:
+            record(entry)
+            echo(f"{head}; stopping")
+            return outcome(False, failure, f"not retryable: {failure.summary}")
+        new = tuple(dict.fromkeys(n for n in failure.suspect_nodes if n not in excluded))
+        excluded = excluded + new
+        if number == policy.max_attempts:
+            record(entry)
+            echo(f"{head}; attempt budget spent")
+            break
+        shortage = _node_shortage(backend, excluded, nodes_needed) if new else None
+        if shortage:
+            record(entry)
+            echo(f"{head}; stopping: {shortage}")
+            return outcome(False, failure, shortage)
+
+        entry.wait_before_next_s = policy.delay(number)
+        record(entry)
+        without = f" without {','.join(new)}" if new else ""
+        echo(f"{head}; retrying in {entry.wait_before_next_s:g} s{without}")
+        sleep(entry.wait_before_next_s)
+
+    spent = "; ".join(f"{r.number}: {r.summary}" for r in records)
+    return outcome(False, failure, f"attempt budget of {policy.max_attempts} spent: {spent}")
+
+
+def _record(
+    number: int, result: AttemptResult, excluded: tuple[str, ...], failure: Failure | None
+) -> AttemptRecord:
+    first_step_s = (
+        result.first_step_at - result.started_at if result.first_step_at is not None else None
+    )
+    return AttemptRecord(
+        number=number,
+        job_id=result.job_id,
+        nodes=tuple(result.nodes),
+        excluded=excluded,
+        state=result.state,
+        exit_code=result.exit_code,
+        kind=failure.kind.value if failure else None,
+        retryable=failure.retryable if failure else False,
+        summary=failure.summary if failure else f"succeeded{_steps(result)}",
+        evidence=failure.evidence if failure else (),
+        suspect_nodes=failure.suspect_nodes if failure else (),
+        start_step=result.start_step,
+        final_step=result.final_step,
+        checkpoint_step=result.checkpoint_step,
+        steps_lost=steps_lost(result),
+        seconds_lost=seconds_lost(result),
+        started_at=result.started_at,
+        ended_at=result.ended_at,
+        first_step_s=first_step_s,
+    )
+
+
+def _node_shortage(backend: object, exclude: tuple[str, ...], nodes_needed: int) -> str | None:
+    """Why the job cannot run without ``exclude``, or None if it can (or nobody knows)."""
+    usable_nodes = getattr(backend, "usable_nodes", None)
+    if not exclude or usable_nodes is None:
+        return None
+    usable = usable_nodes(exclude)
+    if usable is None or usable >= nodes_needed:
+        return None
+    return (
+        f"excluding {','.join(exclude)} leaves {usable} of the {nodes_needed} nodes the job needs"
+    )
+
+
+def _where(result: AttemptResult) -> str:
+    job = f"job {result.job_id}" if result.job_id else "local job"
+    return f"{job} on {','.join(result.nodes)}" if result.nodes else job
+
+
+def _steps(result: AttemptResult) -> str:
+    if result.start_step is None or result.final_step is None:
+        return ""
+    return f" (steps {result.start_step} -> {result.final_step})"
