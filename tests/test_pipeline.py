@@ -168,8 +168,8 @@ def test_unknown_stage_is_a_usage_error(tmp_path):
 
 
 def test_options_that_cannot_work_together_are_refused_before_any_stage(tmp_path):
-    slurm = ffjobs_run(tmp_path, "--set", "slurm.executor=slurm")
-    assert slurm.returncode == 2 and "slurm.executor" in slurm.stderr
+    nodes = ffjobs_run(tmp_path, "--set", "slurm.nodes=2")
+    assert nodes.returncode == 2 and "the local executor runs on this machine only" in nodes.stderr
     assert not (tmp_path / "runs").exists()  # nothing was created, nothing ran
     both = ffjobs_run(tmp_path, "--resume", "a-run", "--run-key", "b-run")
     assert both.returncode == 2 and "not allowed with argument" in both.stderr

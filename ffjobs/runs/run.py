@@ -42,7 +42,8 @@ class StageOutcome:
 
     name: str
     status: str
-    """``passed``, ``failed`` or ``skipped`` (ran, but had nothing to do: said in ``summary``)."""
+    """``passed``, ``failed``, ``skipped`` (ran, but had nothing to do: said in ``summary``) or
+    ``submitted`` (handed to SLURM without waiting for it)."""
     seconds: float
     summary: str
     exit_code: int = ExitCode.OK

@@ -9,6 +9,7 @@ run. :func:`check_plan` rejects options that cannot work together before any sta
 from __future__ import annotations
 
 import importlib
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,17 +47,18 @@ def parse_stages(text: str) -> tuple[str, ...]:
 
 def check_plan(config: Config, stages: Sequence[str]) -> None:
     """Reject what cannot work before anything starts (nothing is created or run)."""
-    if "train" in stages and config.slurm.executor != "local":
+    if config.slurm.executor == "slurm" and shutil.which("sbatch") is None:
         raise UserError(
-            "slurm.executor: training runs on this machine's ranks (slurm.executor=local); "
-            "submitting training to SLURM is not available yet"
+            "slurm.executor=slurm but 'sbatch' is not on PATH; run from a cluster login node, "
+            "start the local cluster (infra/local/up.sh, then source its env.sh) or set "
+            "slurm.executor=local"
         )
     if config.slurm.executor == "local" and config.slurm.nodes > 1:
         raise UserError(
             f"slurm.nodes: the local executor runs on this machine only (got "
             f"{config.slurm.nodes}); set slurm.nodes=1 or slurm.executor=slurm"
         )
-    if "train" in stages and config.train.backend == "nccl":
+    if "train" in stages and config.train.backend == "nccl" and config.slurm.executor == "local":
         from ffjobs.preflight.launch import local_gpu_count
 
         gpus = local_gpu_count()

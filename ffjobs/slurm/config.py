@@ -38,7 +38,13 @@ class SlurmConfig:
     """Python command on the nodes; default: the interpreter that submits (same venv)."""
     folder: str = "runs/slurm"
     """Shared directory for submitit's pickles and logs, keyed by run and attempt."""
-    max_retries: int = field(default=3, metadata={"ge": 0})
+    max_attempts: int = field(default=4, metadata={"ge": 1})
+    """Attempt budget of a training job on SLURM: the first submission plus its retries."""
+    retry_backoff_s: float = field(default=10.0, metadata={"ge": 0.0})
+    """Wait before the first retry; doubles with each further one, up to ``retry_backoff_max_s``."""
+    retry_backoff_max_s: float = field(default=300.0, metadata={"ge": 0.0})
+    retry_oom: bool = False
+    """Retry a job that ran out of memory (off: the same job runs out of memory again)."""
 
     def __post_init__(self) -> None:
         bad = [name for name in self.env if not _ENV_NAME.fullmatch(name)]

@@ -67,11 +67,12 @@ def executor_parameters(slurm: SlurmConfig, name: str) -> dict[str, Any]:
         "slurm_setup": setup or None,
     }
     params.update({key: value for key, value in optional.items() if value is not None})
-    srun_args = list(slurm.srun_args)
+    # one rank that exits abnormally stops the others at once: a job missing a rank can only
+    # hang in its next collective, and the failing rank's log is the evidence
+    srun_args = ["--kill-on-bad-exit=1", *slurm.srun_args]
     if slurm.container_image:
         srun_args.insert(0, f"--container-image={slurm.container_image}")
-    if srun_args:
-        params["slurm_srun_args"] = srun_args
+    params["slurm_srun_args"] = srun_args
     return params
 
 

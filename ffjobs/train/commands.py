@@ -34,13 +34,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="dataset: data.source (synthetic one generated if missing); "
         "memory: random tensors, no image decoding",
     )
+    train.add_argument(
+        "--submit",
+        action="store_true",
+        help="train as SLURM jobs of the cluster profile (sets slurm.executor=slurm)",
+    )
+    train.add_argument(
+        "--wait",
+        action="store_true",
+        help="with --submit: supervise until done, retrying retryable failures from the newest "
+        "checkpoint with suspect nodes excluded (without it: submit and return)",
+    )
     train.set_defaults(handler=_train)
 
 
 def _train(args: argparse.Namespace) -> int:
     if launched_rank():
         return _train_as_rank(args)
-    run, outcome = run_single_stage(args, "train", data=args.data)
+    if args.wait and not args.submit:
+        raise UserError("--wait goes with --submit (training here always waits)")
+    if args.submit:
+        args.overrides.append("slurm.executor=slurm")
+    wait = args.wait or not args.submit
+    run, outcome = run_single_stage(args, "train", data=args.data, wait=wait)
     if args.json:
         print_json({"run_key": run.key, "run_dir": str(run.dir), **outcome.to_dict()})
     else:

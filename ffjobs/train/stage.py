@@ -19,7 +19,9 @@ def train_job(config: Config, checkpoint_dir: str, **fields: Any) -> TrainJob:
     return TrainJob.of(config, checkpoint_dir=checkpoint_dir, **fields)
 
 
-def train_stage(config: Config, run: Run, *, data: str = "dataset") -> StageOutcome:
+def train_stage(
+    config: Config, run: Run, *, data: str = "dataset", wait: bool = True
+) -> StageOutcome:
     """Train ``slurm.tasks_per_node`` local ranks, resuming from the run's newest verified
     checkpoint; rank 0 logs into the run's MLflow run.
 
@@ -37,6 +39,8 @@ def train_stage(config: Config, run: Run, *, data: str = "dataset") -> StageOutc
         quarantine=run.facts("validate").get("quarantine"),
         data=data,
     )
+    if config.slurm.executor == "slurm":
+        return _train_on_slurm(config, run, job, wait=wait)
     log_dir = run.stage_dir("train") / "logs"
     try:
         if launched_rank():  # torchrun/srun started this process as rank 0 of the job
@@ -87,3 +91,79 @@ def train_stage(config: Config, run: Run, *, data: str = "dataset") -> StageOutc
             facts=facts,
         )
     return StageOutcome("train", "passed", 0.0, summary, facts=facts)
+
+
+def _train_on_slurm(config: Config, run: Run, job: TrainJob, *, wait: bool) -> StageOutcome:
+    """Submit the job to SLURM and supervise it: retry retryable failures from the newest
+    verified checkpoint with suspect nodes excluded; every attempt is recorded in
+    ``<run>/train/attempts.jsonl`` and in the run's MLflow run."""
+    import json
+
+    from ffjobs.slurm.jobstate import poll_jobs
+    from ffjobs.slurm.supervisor import RetryPolicy, supervise
+    from ffjobs.slurm.training import SlurmAttempts
+    from ffjobs.train.checkpoint import Checkpointer
+
+    slurm = config.slurm
+    attempts_file = run.stage_dir("train") / "attempts.jsonl"
+    jobs = run.record.setdefault("slurm_jobs", [])
+    logger = run.logger
+
+    def submitted(number: int, job_id: str) -> None:
+        jobs.append({"attempt": number, "job_id": job_id})
+        run.save()
+        logger.set_tags({"slurm.job_ids": ",".join(j["job_id"] for j in jobs)})
+
+    def record(attempt) -> None:
+        with attempts_file.open("a") as out:
+            out.write(json.dumps(attempt.to_dict(), default=str) + "\n")
+        logger.log_metrics(
+            {
+                "attempt_steps_lost": attempt.steps_lost,
+                "attempt_seconds_lost": attempt.seconds_lost,
+            },
+            step=attempt.number,
+        )
+        logger.set_tags({f"ffjobs.attempt.{attempt.number}": f"{attempt.job_id} {attempt.summary}"})
+
+    live = None  # a job of this run still queued or running is attached to, never duplicated
+    if jobs and not poll_jobs([jobs[-1]["job_id"]])[jobs[-1]["job_id"]].is_terminal:
+        live = jobs[-1]["job_id"]
+    backend = SlurmAttempts(
+        config, run.key, job, on_submitted=submitted, live_job=live, first_attempt=len(jobs)
+    )
+    if not wait:
+        if live is None:
+            live = backend.submit(len(jobs) + 1, tuple(slurm.exclude))
+        summary = (
+            f"submitted as SLURM job {live}; follow it with 'ffjobs runs show {run.key}', "
+            f"supervise it (retries) with 'ffjobs run --resume {run.key} --stages train'"
+        )
+        facts = {"job_id": live, "checkpoint_dir": job.checkpoint_dir}
+        return StageOutcome("train", "submitted", 0.0, summary, facts=facts)
+    policy = RetryPolicy(
+        max_attempts=slurm.max_attempts,
+        backoff_s=slurm.retry_backoff_s,
+        backoff_max_s=slurm.retry_backoff_max_s,
+        retry_oom=slurm.retry_oom,
+    )
+    outcome = supervise(
+        backend, policy, nodes_needed=slurm.nodes, exclude=slurm.exclude, record=record,
+        echo=run.echo,
+    )  # fmt: skip
+    logger.log_metrics({"goodput": outcome.goodput}, step=len(jobs))
+    ref = Checkpointer(job.checkpoint_dir).latest_verified()
+    facts = {
+        "checkpoint": ref.location if ref else None,
+        "checkpoint_dir": job.checkpoint_dir,
+        "final_step": ref.step if ref else None,
+        "attempts": len(outcome.attempts),
+        "goodput": outcome.goodput,
+        "attempt_log": str(attempts_file),
+        "excluded": list(outcome.exclude),
+    }
+    if outcome.succeeded:
+        summary = f"steps -> {facts['final_step']} on SLURM; {outcome.reason}"
+        return StageOutcome("train", "passed", 0.0, summary, facts=facts)
+    code = ExitCode.RETRYABLE if outcome.final and outcome.final.retryable else ExitCode.FAILED
+    return StageOutcome("train", "failed", 0.0, outcome.reason, code, facts=facts)

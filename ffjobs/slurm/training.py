@@ -1,0 +1,183 @@
+"""Training as SLURM jobs through submitit: the task every rank runs, and the attempt backend
+the retry supervisor drives.
+
+Every attempt is one submitit job of the cluster profile's shape (one task per GPU), named and
+commented with the run key, in its own folder ``<slurm.folder>/<run key>/attempt-<n>/``.
+``srun --kill-on-bad-exit=1`` stops the other tasks as soon as one exits abnormally, so a
+crash is seen at once instead of after the collective timeout, and the failing rank's log is
+kept as the evidence.
+
+Pre-emption and time limits: SLURM signals every task with USR2 ahead of time; the trainer
+turns that into one consistent checkpoint on every rank and stops, then rank 0 hands over to
+submitit's own handler, which pickles the same task again and requeues the job (same job id);
+the requeued job resumes from that checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from ffjobs.slurm.failures import RankLog
+from ffjobs.slurm.jobstate import JobState, JobStatus, poll_jobs
+from ffjobs.slurm.supervisor import AttemptResult
+from ffjobs.train.job import TrainJob
+
+_PROGRESS = re.compile(r"^step (\d+)/\d+ ", re.MULTILINE)
+_RESUMED = re.compile(r"resumed from \S+ at step (\d+)")
+
+
+class SubmissionRejected(RuntimeError):
+    """sbatch refused the job (bad partition, account, resources)."""
+
+
+class TrainingTask(submitit.helpers.Checkpointable):
+    """What each SLURM task of a training job runs: one rank of the :class:`TrainJob`."""
+
+    def __call__(self, job: TrainJob) -> dict[str, Any]:
+        from ffjobs.slurm.nodes import node_address
+        from ffjobs.train.worker import run_rank
+
+        # submitit installed its requeue handler before calling us; the trainer replaces it
+        # with the stop request, and rank 0 gives it back once every rank has checkpointed
+        requeue = signal.getsignal(signal.SIGUSR2)
+        env = submitit.helpers.TorchDistributedEnvironment().export(
+            set_cuda_visible_devices=False, overwrite=True
+        )
+        os.environ["MASTER_ADDR"] = node_address(env.master_addr)
+        result = run_rank(job)
+        if result.get("stopped_early") and env.rank == 0 and callable(requeue):
+            requeue(signal.SIGUSR2, None)  # submitit: checkpoint() below, requeue, exit
+        return result
+
+    def checkpoint(self, job: TrainJob) -> submitit.helpers.DelayedSubmission:
+        """Requeue the same task: the trainer resumes from the newest verified checkpoint."""
+        return submitit.helpers.DelayedSubmission(TrainingTask(), job)
+
+
+@dataclass
+class SlurmAttempts:
+    """Attempt backend for :func:`ffjobs.slurm.supervisor.supervise` on a SLURM cluster."""
+
+    config: Any
+    """The resolved :class:`ffjobs.config.Config` of the run."""
+    run_key: str
+    job: TrainJob
+    poll_s: float = 2.0
+    on_submitted: Callable[[int, str], None] = lambda number, job_id: None
+    """Called with (attempt, job id) right after sbatch accepted a job (the run records it)."""
+    live_job: str | None = None
+    """A job of this run that may still be running: attached to instead of submitting anew."""
+    first_attempt: int = 0
+    """Attempts this run made before (a resumed run): folders and numbers continue after them."""
+
+    def usable_nodes(self, exclude: tuple[str, ...]) -> int | None:
+        nodes = partition_nodes(self.config.slurm.partition)
+        return None if nodes is None else len([n for n in nodes if n not in exclude])
+
+    def submit(self, number: int, exclude: tuple[str, ...]) -> str:
+        """Submit attempt ``number`` without the ``exclude`` nodes; return its job id.
+
+        Raises :class:`SubmissionRejected` with sbatch's one-line reason when it says no.
+        """
+        from ffjobs.slurm.executor import make_executor
+
+        executor = make_executor(self.config, run_id=self.run_key, attempt=number)
+        excluded = sorted({*self.config.slurm.exclude, *exclude})
+        executor.update_parameters(
+            name=self.run_key,
+            slurm_comment=f"ffjobs run {self.run_key} attempt {number}",
+            **({"slurm_exclude": ",".join(excluded)} if excluded else {}),
+        )
+        try:
+            submitted = executor.submit(TrainingTask(), self.job)
+        except Exception as exc:  # sbatch said no
+            raise SubmissionRejected(str(exc).strip().splitlines()[-1]) from None
+        job_id = str(submitted.job_id)
+        self.on_submitted(number, job_id)
+        return job_id
+
+    def run_attempt(self, number: int, exclude: tuple[str, ...]) -> AttemptResult:
+        from ffjobs.slurm.executor import job_folder
+
+        started = time.time()
+        number += self.first_attempt
+        job_id, self.live_job = self.live_job, None
+        if job_id is None:
+            try:
+                job_id = self.submit(number, exclude)
+            except SubmissionRejected as exc:  # a CONFIG failure, not a crash
+                message = f"sbatch: error: Batch job submission failed: {exc}"
+                return AttemptResult(
+                    job_id=None, nodes=(), state=JobState.FAILED, exit_code=1,
+                    ranks=[RankLog(rank=0, node=None, text=message, exit_code=1)],
+                    started_at=started, ended_at=time.time(),
+                )  # fmt: skip
+        status = self._wait(job_id)
+        folder = job_folder(self.config.slurm.folder, self.run_key, number)
+        return self._result(job_id, status, folder, started)
+
+    def _wait(self, job_id: str) -> JobStatus:
+        while True:
+            status = poll_jobs([job_id])[job_id]
+            if status.is_terminal:
+                return status
+            time.sleep(self.poll_s)
+
+    def _result(self, job_id: str, status: JobStatus, folder: Path, started: float):
+        from submitit.core.utils import JobPaths
+
+        from ffjobs.train.checkpoint import Checkpointer
+
+        slurm = self.config.slurm
+        ranks = []
+        for rank in range(slurm.nodes * slurm.tasks_per_node):
+            node_index = rank // slurm.tasks_per_node  # SLURM's block distribution
+            node = status.nodes[node_index] if node_index < len(status.nodes) else None
+            paths = JobPaths(folder, job_id=job_id, task_id=rank)
+            text = _read(paths.stderr) + _read(paths.stdout)
+            ranks.append(RankLog(rank=rank, node=node, text=text, exit_code=status.exit_code))
+        rank0 = ranks[0].text if ranks else ""
+        steps = [int(s) for s in _PROGRESS.findall(rank0)]
+        resumed = [int(s) for s in _RESUMED.findall(rank0)]
+        ref = Checkpointer(self.job.checkpoint_dir).latest_verified()
+        return AttemptResult(
+            job_id=job_id,
+            nodes=tuple(status.nodes),
+            state=status.state,
+            exit_code=status.exit_code,
+            ranks=ranks,
+            start_step=resumed[-1] if resumed else 0,
+            final_step=steps[-1] if steps else None,
+            checkpoint_step=ref.step if ref else None,
+            started_at=started,
+            ended_at=time.time(),
+            slurm_state=status.slurm_state,
+        )
+
+
+def partition_nodes(partition: str | None) -> list[str] | None:
+    """Node names of ``partition`` (the default one if None) per ``sinfo``; None if unknown."""
+    import subprocess
+
+    argv = ["sinfo", "-h", "-N", "-o", "%N"] + (["-p", partition] if partition else [])
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sorted(set(out.stdout.split()))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_bytes()[-(1 << 20) :].decode(errors="replace")
+    except OSError:
+        return ""
