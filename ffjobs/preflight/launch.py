@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 
 from ffjobs.errors import UserError
 from ffjobs.local_ranks import free_loopback_port, rank_environment
+from ffjobs.slurm.nodes import node_address
 
 RANK_LOG_DIR = "logs"
 
@@ -67,35 +67,12 @@ def launch_local(run_dir: Path, nproc: int, timeout_s: float) -> str | None:
     return None
 
 
-def resolvable_address(node: str) -> str:
-    """``node`` if it resolves, else its SLURM ``NodeAddr`` (node names need not be hostnames)."""
-    try:
-        socket.gethostbyname(node)
-        return node
-    except OSError:
-        pass
-    try:
-        out = subprocess.run(
-            ["scontrol", "show", "node", node, "-o"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return node
-    for field in out.split():
-        if field.startswith("NodeAddr="):
-            return field.split("=", 1)[1]
-    return node
-
-
 def _slurm_rank_entry(run_dir: str) -> int:
     """What each SLURM task runs: rank environment from submitit, then one preflight rank."""
     from submitit.helpers import TorchDistributedEnvironment
 
     dist_env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
-    os.environ["MASTER_ADDR"] = resolvable_address(dist_env.master_addr)
+    os.environ["MASTER_ADDR"] = node_address(dist_env.master_addr)
     from ffjobs.preflight.worker import run_rank
 
     return run_rank(run_dir)
@@ -103,48 +80,12 @@ def _slurm_rank_entry(run_dir: str) -> int:
 
 def _make_executor(cfg, run_dir: Path):
     """The submitit executor of the training job's shape (same nodes, tasks, GPUs, partition)."""
-    try:
-        from ffjobs.slurm.executor import make_executor
-    except ImportError:
-        make_executor = None
-    timeout_min = max(1, int(cfg.preflight.timeout_s * 2 // 60) + 1)
-    if make_executor is not None:  # the shared factory: same shape and folders as training
-        executor = make_executor(cfg, run_id=f"preflight-{run_dir.name}", attempt=0)
-        executor.update_parameters(timeout_min=timeout_min, name=f"{cfg.name}-preflight")
-        return executor
-    import submitit
+    from ffjobs.slurm.executor import make_executor
 
-    slurm = cfg.slurm
-    executor = submitit.AutoExecutor(
-        folder=run_dir / "submitit", cluster="slurm" if slurm.executor == "slurm" else "local"
-    )
-    params: dict = {
-        "nodes": slurm.nodes,
-        "tasks_per_node": slurm.tasks_per_node,
-        "cpus_per_task": slurm.cpus_per_task,
-        "mem_gb": slurm.mem_gb,
-        "timeout_min": timeout_min,
-        "name": f"{cfg.name}-preflight",
-    }
-    if slurm.gpus_per_node:
-        params["gpus_per_node"] = slurm.gpus_per_node
-    slurm_params = {
-        k: v
-        for k, v in (
-            ("slurm_partition", slurm.partition),
-            ("slurm_account", slurm.account),
-            ("slurm_qos", slurm.qos),
-            ("slurm_constraint", slurm.constraint),
-        )
-        if v
-    }
-    if slurm.exclude:
-        slurm_params["slurm_exclude"] = ",".join(slurm.exclude)
-    if slurm.setup:
-        slurm_params["slurm_setup"] = list(slurm.setup)
-    if slurm.executor == "slurm":
-        params.update(slurm_params)
-    executor.update_parameters(**params)
+    executor = make_executor(cfg, run_id=f"preflight-{run_dir.name}", attempt=0)
+    # a preflight is a few minutes, not the training job's time limit
+    timeout_min = max(1, int(cfg.preflight.timeout_s * 2 // 60) + 1)
+    executor.update_parameters(timeout_min=timeout_min, name=f"{cfg.name}-preflight")
     return executor
 
 

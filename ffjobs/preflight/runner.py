@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ffjobs.backend import choose_backend
 from ffjobs.errors import UserError
 from ffjobs.preflight.launch import launch_local, launch_slurm, local_gpu_count
 from ffjobs.preflight.report import build_report, write_report
@@ -28,17 +29,6 @@ def _new_run_dir(base: str) -> Path:
     return run_dir
 
 
-def resolve_backend(requested: str, gpus: int) -> str:
-    if requested == "auto":
-        return "nccl" if gpus > 0 else "gloo"
-    if requested == "nccl" and gpus == 0:
-        raise UserError(
-            "preflight.backend: nccl needs GPUs but none is visible here; "
-            "use --set preflight.backend=gloo or run on a GPU node"
-        )
-    return requested
-
-
 def run_preflight(
     cfg, *, local: bool, nproc: int | None = None, sysfs_root: str | None = None
 ) -> dict[str, Any]:
@@ -48,13 +38,13 @@ def run_preflight(
     run_dir = _new_run_dir(pre.run_dir)
     if local:
         gpus = local_gpu_count()
-        backend = resolve_backend(pre.backend, gpus)
+        backend = choose_backend(pre.backend, gpus, key="preflight.backend")
         world = nproc or (gpus if backend == "nccl" else 2)
         if backend == "nccl" and world > gpus:
             raise UserError(f"--nproc {world} exceeds the {gpus} GPU(s) visible here")
     else:
         gpus = cfg.slurm.gpus_per_node
-        backend = resolve_backend(pre.backend, gpus)
+        backend = choose_backend(pre.backend, gpus, key="preflight.backend")
         world = cfg.slurm.nodes * cfg.slurm.tasks_per_node
     job = {
         "preflight": asdict(pre),
