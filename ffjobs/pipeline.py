@@ -66,8 +66,8 @@ def validate_stage(run: PipelineRun) -> StageOutcome:
         data.validation,
         layout=data.layout,
         manifest=data.manifest,
-        endpoint_url=data.s3_endpoint_url,
-        region=data.s3_region,
+        endpoint_url=run.config.s3.endpoint_url,
+        region=run.config.s3.region,
     )
     paths = write_report(report, run.run_dir / "validation" / "report.json")
     # Training skips every file validation rejected.

@@ -89,7 +89,8 @@ def _validate(args: argparse.Namespace) -> int:
     from ffjobs.data.report import human_summary, write_report
     from ffjobs.data.validate import validate_dataset
 
-    data = config_from_args(args).data
+    config = config_from_args(args)
+    data = config.data
     dataset = args.dataset or data.source
     report = validate_dataset(
         dataset,
@@ -97,8 +98,8 @@ def _validate(args: argparse.Namespace) -> int:
         layout=args.layout or data.layout,
         manifest=args.manifest or data.manifest,
         progress=ProgressLine("validate"),
-        endpoint_url=data.s3_endpoint_url,
-        region=data.s3_region,
+        endpoint_url=config.s3.endpoint_url,
+        region=config.s3.region,
     )
     paths = write_report(report, args.report or Path(data.validation.report_dir) / "report.json")
     if args.json:

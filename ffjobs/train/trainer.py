@@ -134,7 +134,7 @@ class Trainer:
         seed_everything(tc.seed + 1000 * env.rank)
 
         self.ema = GeneratorEMA(generator, tc.ema_decay) if tc.ema_decay is not None else None
-        self.checkpointer = Checkpointer(tc.checkpoint_dir, keep=tc.keep_checkpoints)
+        self.checkpointer = Checkpointer(tc.checkpoint_dir, keep=tc.keep_checkpoints, s3=config.s3)
         # drills record having fired next to the checkpoints, so a restarted job is not hit again
         self.faults = FaultInjector(tc.faults, env.rank, self.checkpointer.store)
         self.comm = CommTimer(device)

@@ -36,7 +36,7 @@ def build_train_dataset(config: Config, kind: str, world_size: int) -> torch.uti
     from ffjobs.data.dataset import FacePairDataset
     from ffjobs.data.index import index_from_config, split_identities
 
-    index = index_from_config(config.data)
+    index = index_from_config(config.data, s3=config.s3)
     train_index, _ = split_identities(index, config.data.val_fraction, config.data.synth.seed)
     return FacePairDataset(
         train_index,
