@@ -33,6 +33,7 @@ from ffjobs.errors import UserError
 from ffjobs.models.config import ModelConfig
 from ffjobs.preflight.config import PreflightConfig
 from ffjobs.slurm.config import SlurmConfig
+from ffjobs.storage_config import S3Config
 from ffjobs.tracking.config import TrackingConfig
 from ffjobs.train.config import TrainConfig
 
@@ -77,6 +78,8 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    s3: S3Config = field(default_factory=S3Config)
+    """The S3-compatible store behind ``s3://`` datasets and checkpoints."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

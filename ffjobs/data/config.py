@@ -58,17 +58,13 @@ class ValidationConfig:
 @dataclass
 class DataConfig:
     source: str = "runs/data/synthetic"
-    """Dataset root: a local directory or ``s3://bucket/prefix``."""
+    """Dataset root: a local directory or ``s3://bucket/prefix`` (endpoint: the ``s3:`` section)."""
     layout: Literal["auto", "identity_folders", "flat", "manifest"] = "auto"
     """How images map to identities; ``auto`` detects a manifest, then identity folders."""
     manifest: str | None = None
     """Manifest file (JSONL or CSV: path, identity, optional split), relative to ``source``."""
     quarantine: str | None = None
     """File listing paths (one per line) the loader skips; written by ``ffjobs validate``."""
-    s3_endpoint_url: str | None = None
-    """S3-compatible endpoint (MinIO, Ceph); default: AWS_ENDPOINT_URL or the AWS default."""
-    s3_region: str | None = None
-    """S3 region; default: AWS_REGION / AWS_DEFAULT_REGION or the profile's region."""
     synth: SynthConfig = field(default_factory=SynthConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     val_fraction: float = field(default=0.2, metadata={"ge": 0.0, "lt": 1.0})

@@ -31,6 +31,7 @@ from ffjobs.data.sources import (
     shown_path,
 )
 from ffjobs.errors import UserError
+from ffjobs.storage_config import S3Config
 
 if TYPE_CHECKING:
     from ffjobs.data.config import DataConfig
@@ -324,16 +325,19 @@ def build_index(
     return DatasetIndex(src, resolved, records)
 
 
-def index_from_config(data: DataConfig, quarantine: str | Path | None = None) -> DatasetIndex:
-    """:func:`build_index` with the dataset settings of a resolved config."""
+def index_from_config(
+    data: DataConfig, quarantine: str | Path | None = None, s3: S3Config | None = None
+) -> DatasetIndex:
+    """:func:`build_index` with the dataset settings (and the ``s3:`` section) of a config."""
+    s3 = s3 or S3Config()
     return build_index(
         data.source,
         layout=data.layout,
         manifest=data.manifest,
         quarantine=quarantine or data.quarantine,
         cache_dir=data.validation.cache_dir,
-        endpoint_url=data.s3_endpoint_url,
-        region=data.s3_region,
+        endpoint_url=s3.endpoint_url,
+        region=s3.region,
     )
 
 

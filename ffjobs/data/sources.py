@@ -253,7 +253,7 @@ class S3Source:
         except self._errors() as exc:
             raise SourceError(
                 f"cannot list {self.uri}: {exc}; check credentials, "
-                f"data.s3_endpoint_url and the bucket name"
+                f"s3.endpoint_url and the bucket name"
             ) from None
 
     def _key(self, path: str) -> str:

@@ -26,8 +26,8 @@ def validate_stage(config: Config, run: Run) -> StageOutcome:
         layout=data.layout,
         manifest=data.manifest,
         progress=ProgressLine("validate"),
-        endpoint_url=data.s3_endpoint_url,
-        region=data.s3_region,
+        endpoint_url=config.s3.endpoint_url,
+        region=config.s3.region,
     )
     check_dataset_fingerprint(run, report.fingerprint)
     paths = write_report(report, run.stage_dir("validation") / "report.json")

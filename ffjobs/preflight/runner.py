@@ -8,28 +8,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ffjobs.backend import choose_backend
 from ffjobs.errors import UserError
 from ffjobs.preflight.launch import launch_local, launch_slurm, local_gpu_count
 from ffjobs.preflight.report import build_report, write_report
 from ffjobs.preflight.worker import JOB_FILE
 
 
-def resolve_backend(requested: str, gpus: int) -> str:
-    if requested == "auto":
-        return "nccl" if gpus > 0 else "gloo"
-    if requested == "nccl" and gpus == 0:
-        raise UserError(
-            "preflight.backend: nccl needs GPUs but none is visible here; "
-            "use --set preflight.backend=gloo or run on a GPU node"
-        )
-    return requested
-
-
 def run_preflight(
-    cfg, run_dir: Path, *, local: bool, sysfs_root: str | None = None
+    cfg, run_dir: Path, *, local: bool, run_key: str, sysfs_root: str | None = None
 ) -> dict[str, Any]:
-    """Run the preflight for ``cfg`` (a full :class:`ffjobs.config.Config`) into ``run_dir``
-    (a new folder); return the report. Locally, ``slurm.tasks_per_node`` ranks."""
+    """Run the preflight for ``cfg`` (a full :class:`ffjobs.config.Config`) of run ``run_key``
+    into ``run_dir`` (a new folder); return the report. Locally, ``slurm.tasks_per_node``
+    ranks; else one SLURM job of the training job's shape."""
     started = time.perf_counter()
     pre = cfg.preflight
     try:
@@ -38,7 +29,7 @@ def run_preflight(
         raise UserError(f"preflight: cannot create {run_dir}: {exc.strerror}") from None
     if local:
         gpus = local_gpu_count()
-        backend = resolve_backend(pre.backend, gpus)
+        backend = choose_backend(pre.backend, gpus, key="preflight.backend")
         world = cfg.slurm.tasks_per_node
         if backend == "nccl" and world > gpus:
             raise UserError(
@@ -47,7 +38,7 @@ def run_preflight(
             )
     else:
         gpus = cfg.slurm.gpus_per_node
-        backend = resolve_backend(pre.backend, gpus)
+        backend = choose_backend(pre.backend, gpus, key="preflight.backend")
         world = cfg.slurm.nodes * cfg.slurm.tasks_per_node
     job = {
         "preflight": asdict(pre),
@@ -62,7 +53,9 @@ def run_preflight(
     if local:
         error = launch_local(run_dir, world, timeout)
     else:
-        error, world = launch_slurm(cfg, run_dir)
+        error, world = launch_slurm(
+            cfg, run_dir, run_key, attempt=len(list(run_dir.parent.iterdir()))
+        )
     report = build_report(run_dir, pre, world, backend, launch_error=error)
     report["mode"] = "local" if local else cfg.slurm.executor
     report["elapsed_s"] = round(time.perf_counter() - started, 2)

@@ -25,6 +25,7 @@ def preflight_stage(config: Config, run: Run, *, sysfs_root: str | None = None) 
         config,
         out_dir,
         local=config.slurm.executor == "local",
+        run_key=run.key,
         sysfs_root=sysfs_root,
     )
     verdict = report["verdict"]

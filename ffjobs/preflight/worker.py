@@ -1,8 +1,10 @@
 """One preflight rank: probe, check the environment, agree, then measure; results go to a file.
 
 Ranks meet first on a plain TCP store (no collective): if any node's environment is wrong,
-every rank stops there, so a bad ``NCCL_SOCKET_IFNAME`` fails before NCCL is touched.
-The launching process reads the per-rank files and builds the report (see ``report.py``).
+every rank stops there, so a bad ``NCCL_SOCKET_IFNAME`` fails before NCCL is touched. The
+rendezvous and the process group are training's own (``ffjobs.train.distributed``), so the
+preflight measures the communicator training will get. The launching process reads the
+per-rank files and builds the report (see ``report.py``).
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ffjobs.preflight.config import PreflightConfig
 from ffjobs.preflight.ib import IbPort, check_ib_ports
 from ffjobs.preflight.nccl_env import check_environment
 from ffjobs.preflight.probe import node_name, probe_node, probe_topology
+
+if TYPE_CHECKING:  # the launcher imports this module and must not pay for torch
+    from ffjobs.train.distributed import DistEnv
 
 JOB_FILE = "job.json"
 RANKS_DIR = "ranks"
@@ -112,18 +117,21 @@ def _group_checks(
 
 def run_rank(run_dir: str | Path) -> int:
     """Entry point of one rank; reads ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_*``."""
+    from ffjobs.train.distributed import detect_env
+
     run_dir = Path(run_dir)
     started = time.time()
     job = json.loads((run_dir / JOB_FILE).read_text(encoding="utf-8"))
     cfg = PreflightConfig(**job["preflight"])
     for key, value in job.get("env", {}).items():  # the cluster profile's task environment
         os.environ.setdefault(key, str(value))
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    # the launcher exported this rank's place (and a resolvable MASTER_ADDR) into the environment
+    env = detect_env(os.environ)
+    rank = env.rank
     backend = job["backend"]
     record: dict[str, Any] = {
         "rank": rank,
-        "local_rank": local_rank,
+        "local_rank": env.local_rank,
         "node": node_name(),
         "status": "started",
         "timestamps": {"start": started},
@@ -131,7 +139,7 @@ def run_rank(run_dir: str | Path) -> int:
     if backend == "nccl":
         _enable_nccl_debug(run_dir, rank)
     try:
-        return _run(run_dir, cfg, job, rank, world, local_rank, backend, record)
+        return _run(run_dir, cfg, job, env, backend, record)
     except Exception as exc:  # a rank that dies must still leave its cause for the report
         record.update(
             status="error",
@@ -146,25 +154,25 @@ def _run(
     run_dir: Path,
     cfg: PreflightConfig,
     job: dict,
-    rank: int,
-    world: int,
-    local_rank: int,
+    env: DistEnv,
     backend: str,
     record: dict[str, Any],
 ) -> int:
     import torch
     import torch.distributed as dist
 
+    from ffjobs.backend import choose_backend
     from ffjobs.preflight.sweep import sweep
+    from ffjobs.train.distributed import join_process_group, pick_device, rendezvous
 
+    rank, world = env.rank, env.world_size
     sysfs_root = job.get("sysfs_root") or "/sys"
-    is_node_leader = local_rank == 0
-    if backend == "nccl":  # bind the GPU first so no rank opens a context on another's GPU
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        dtype = torch.bfloat16
-    else:
-        device, dtype = torch.device("cpu"), torch.float32
+    is_node_leader = env.local_rank == 0
+    # the launcher chose from the GPUs it expected; a rank that sees none says so the same way
+    choose_backend(backend, torch.cuda.device_count(), key="preflight.backend")
+    # bind the GPU first so no rank opens a context on another's GPU
+    device = pick_device(env, backend)
+    dtype = torch.bfloat16 if backend == "nccl" else torch.float32
     probe = probe_node(sysfs_root)
     record["probe"] = probe
     record["timestamps"]["probed"] = time.time()
@@ -186,13 +194,7 @@ def _run(
     record["env_findings"] = [f.to_dict() for f in env_findings]
     own_failures = [f.line() for f in env_findings if f.level == "FAIL"]
 
-    store = dist.TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        world,
-        is_master=rank == 0,
-        timeout=timedelta(seconds=cfg.timeout_s),
-    )
+    store = rendezvous(env, cfg.timeout_s)
     failures = _agree_on_environment(store, rank, world, own_failures, cfg.timeout_s)
     record["timestamps"]["agreed"] = time.time()
     if failures:
@@ -206,15 +208,7 @@ def _run(
             )
         return 0
 
-    init_kwargs: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(
-        backend,
-        store=store,
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=cfg.timeout_s),
-        **init_kwargs,
-    )
+    join_process_group(store, env, backend, device, cfg.timeout_s)
     try:
         record["timestamps"]["initialized"] = time.time()
         nodes: list[Any] = [None] * world

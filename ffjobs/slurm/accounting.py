@@ -9,13 +9,13 @@ too and a record counts as settled only once its node list is whole.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ffjobs.errors import UserError
+from ffjobs.slurm.nodes import NodeListError, expand_nodelist
 
 SACCT_FIELDS = ("JobID", "State", "ExitCode", "NodeList", "Elapsed", "NNodes")
 TERMINAL_STATES = frozenset({
@@ -93,23 +93,11 @@ def parse_elapsed(text: str) -> int:
     return int(seconds + (int(days) * 86400 if days else 0))
 
 
-def expand_nodelist(nodelist: str) -> tuple[str, ...]:
-    """Expand SLURM's compressed host list: ``node[1-3,7],gpu-a[01-02]`` -> each name."""
-    if nodelist.strip() in ("", "None assigned", "(null)"):
+def allocated_nodes(nodelist: str) -> tuple[str, ...]:
+    """The nodes of ``sacct``'s ``NodeList`` field; none while the job is pending."""
+    if nodelist.strip() in ("None assigned", "(null)"):
         return ()
-    names: list[str] = []
-    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", nodelist):
-        if plain:
-            names.append(plain)
-            continue
-        for item in ranges.split(","):
-            start, _, stop = item.partition("-")
-            if not stop:
-                names.append(prefix + start)
-                continue
-            width = len(start)  # zero padding as written: gpu[08-10] -> gpu08, gpu09, gpu10
-            names.extend(f"{prefix}{i:0{width}d}" for i in range(int(start), int(stop) + 1))
-    return tuple(names)
+    return tuple(expand_nodelist(nodelist))
 
 
 def parse_sacct_line(line: str) -> JobAccounting:
@@ -121,13 +109,17 @@ def parse_sacct_line(line: str) -> JobAccounting:
             f"fields ({','.join(SACCT_FIELDS)})")  # fmt: skip
     job_id, raw_state, exit_code, nodelist, elapsed, node_count = fields
     code, _, signal = exit_code.partition(":")
+    try:
+        nodes = allocated_nodes(nodelist)
+    except NodeListError as exc:
+        raise AccountingError(f"unexpected sacct output {line!r}: {exc}") from None
     return JobAccounting(
         job_id=job_id,
         state=normalise_state(raw_state),
         raw_state=raw_state.strip(),
         exit_code=int(code or 0),
         signal=int(signal or 0),
-        nodes=expand_nodelist(nodelist),
+        nodes=nodes,
         elapsed_s=parse_elapsed(elapsed),
         node_count=int(node_count or 0),
     )

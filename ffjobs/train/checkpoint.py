@@ -30,6 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ffjobs.storage_config import S3Config
 from ffjobs.train.distributed import barrier, get_rank, get_world_size
 from ffjobs.train.storage import CheckpointStore, open_store
 
@@ -114,8 +115,14 @@ def gather_to_rank0(obj: Any) -> list[Any]:
 class Checkpointer:
     """Save, verify, prune and load training checkpoints in one store."""
 
-    def __init__(self, location: str, keep: int = 3, store: CheckpointStore | None = None):
-        self.store = store if store is not None else open_store(location)
+    def __init__(
+        self,
+        location: str,
+        keep: int = 3,
+        store: CheckpointStore | None = None,
+        s3: S3Config | None = None,
+    ):
+        self.store = store if store is not None else open_store(location, s3=s3)
         self.keep = keep
 
     @property

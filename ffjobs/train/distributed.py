@@ -3,21 +3,22 @@
 Sources of the rank environment, first match wins:
 
 1. submitit (``SUBMITIT_EXECUTOR`` set): ``submitit.helpers.TorchDistributedEnvironment``;
-2. SLURM (``SLURM_PROCID`` and ``SLURM_NTASKS``): the first host of ``SLURM_JOB_NODELIST`` is
-   the rendezvous host;
+2. SLURM (``SLURM_PROCID`` and ``SLURM_NTASKS``): the first node of ``SLURM_JOB_NODELIST`` is
+   the rendezvous host (at its ``NodeAddr`` when the node name does not resolve);
 3. torchrun or ``ffjobs train --nproc`` (``RANK`` and ``WORLD_SIZE``);
 4. nothing: a single process.
 
-Everything after :func:`compute_init` is backend-agnostic, so the same trainer runs with gloo on
-CPU in CI and with NCCL on GPUs.
+Joining is two steps, so a caller can agree on something before any backend is touched (the
+preflight checks every node's environment first): :func:`rendezvous` meets every rank on a TCP
+store, :func:`join_process_group` forms the process group on it. :func:`compute_init` does both
+for training. Everything after it is backend-agnostic, so the same trainer runs with gloo on CPU
+in CI and with NCCL on GPUs.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
-import re
-import subprocess
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,7 +26,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ffjobs.backend import choose_backend
 from ffjobs.errors import UserError
+from ffjobs.slurm.nodes import NodeListError, first_node, node_address
 
 DEFAULT_PORT = 29500
 
@@ -47,41 +50,27 @@ class DistEnv:
         return self.world_size > 1
 
 
-def expand_first_host(nodelist: str) -> str:
-    """First host of a SLURM node list (``node[3-5,7],gpu1`` -> ``node3``).
-
-    Uses ``scontrol show hostnames`` when available, else a parser for the common forms.
-    """
+def _slurm_master_addr(env: Mapping[str, str]) -> str:
+    """``MASTER_ADDR`` if set, else the address of the job's first node."""
+    if env.get("MASTER_ADDR"):
+        return env["MASTER_ADDR"]
+    nodelist = env.get("SLURM_JOB_NODELIST", "127.0.0.1")
     try:
-        out = subprocess.run(
-            ["scontrol", "show", "hostnames", nodelist],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.split()
-        if out:
-            return out[0]
-    except (OSError, subprocess.SubprocessError):
-        pass
-    first = re.split(r",(?![^\[]*\])", nodelist.strip())[0]
-    match = re.fullmatch(r"([^\[]+)\[([^\]]+)\](.*)", first)
-    if not match:
-        return first
-    prefix, ranges, suffix = match.groups()
-    start = ranges.split(",")[0].split("-")[0]
-    return f"{prefix}{start}{suffix}"
+        return node_address(first_node(nodelist))
+    except NodeListError as exc:
+        raise UserError(f"SLURM_JOB_NODELIST: {exc}") from None
 
 
-def detect_env(environ: dict[str, str] | None = None) -> DistEnv:
+def detect_env(environ: Mapping[str, str] | None = None) -> DistEnv:
     """Read rank, world size and rendezvous address from submitit, SLURM or torchrun variables."""
     env = os.environ if environ is None else environ
     if "SUBMITIT_EXECUTOR" in env and "SLURM_PROCID" in env and environ is None:
         from submitit.helpers import TorchDistributedEnvironment
 
         tde = TorchDistributedEnvironment()
+        master_addr = node_address(tde.master_addr)  # submitit gives the node name
         return DistEnv(
-            tde.rank, tde.world_size, tde.local_rank, tde.master_addr, tde.master_port, "submitit"
+            tde.rank, tde.world_size, tde.local_rank, master_addr, tde.master_port, "submitit"
         )
     if "RANK" in env and "WORLD_SIZE" in env:
         return DistEnv(
@@ -98,8 +87,7 @@ def detect_env(environ: dict[str, str] | None = None) -> DistEnv:
             rank=int(env["SLURM_PROCID"]),
             world_size=int(env["SLURM_NTASKS"]),
             local_rank=int(env.get("SLURM_LOCALID", "0")),
-            master_addr=env.get("MASTER_ADDR")
-            or expand_first_host(env.get("SLURM_JOB_NODELIST", "127.0.0.1")),
+            master_addr=_slurm_master_addr(env),
             # a job-specific port, so two jobs sharing a first node do not collide
             master_port=int(env.get("MASTER_PORT", 20000 + job_id % 20000)),
             source="slurm",
@@ -127,24 +115,55 @@ def shared_store_restart_hazard(environ: Mapping[str, str] | None = None) -> str
     )
 
 
-def pick_backend(requested: str) -> str:
-    """``auto`` resolves to nccl when CUDA is available, else gloo."""
-    if requested == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
-    return requested
-
-
 def pick_device(env: DistEnv, backend: str) -> torch.device:
-    """This rank's GPU (``local_rank``) for nccl, the CPU for gloo."""
-    if backend == "nccl" and not torch.cuda.is_available():
-        raise UserError(
-            "train.backend: nccl needs CUDA GPUs and none is visible; "
-            "use --set train.backend=auto (gloo on CPU)"
-        )
-    if backend == "nccl":
-        torch.cuda.set_device(env.local_rank)
-        return torch.device("cuda", env.local_rank)
-    return torch.device("cpu")
+    """This rank's GPU for nccl, the CPU for gloo; ``backend`` as :func:`choose_backend` gave it.
+
+    The GPU is ``local_rank`` modulo the visible count, so a rank that SLURM bound to one GPU
+    (``CUDA_VISIBLE_DEVICES`` of one device) uses that one.
+    """
+    if backend != "nccl":
+        return torch.device("cpu")
+    device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
+def rendezvous(env: DistEnv, timeout_s: float) -> dist.TCPStore:
+    """Meet every rank on a TCP store hosted by rank 0; no collective backend is touched yet.
+
+    Returns once all ``env.world_size`` ranks are connected and raises after ``timeout_s``. The
+    store can carry plain key/value agreement before :func:`join_process_group` uses it, and it
+    keeps the init timeout apart from the collective timeout of the communicator.
+    """
+    return dist.TCPStore(
+        env.master_addr,
+        env.master_port,
+        world_size=env.world_size,
+        is_master=env.rank == 0,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+
+
+def join_process_group(
+    store: dist.Store,
+    env: DistEnv,
+    backend: str,
+    device: torch.device,
+    collective_timeout_s: float,
+) -> None:
+    """Form the default process group on ``store``; every collective is bounded by the timeout."""
+    # Surface NCCL errors as exceptions (and a dead communicator as a dead process) instead of
+    # a silent hang; a retry supervisor can only act on a rank that exits.
+    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
+    kwargs = {"device_id": device} if backend == "nccl" else {}
+    dist.init_process_group(
+        backend=backend,
+        store=store,
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=datetime.timedelta(seconds=collective_timeout_s),
+        **kwargs,
+    )
 
 
 def compute_init(
@@ -152,34 +171,16 @@ def compute_init(
 ) -> tuple[DistEnv, torch.device]:
     """Join the process group (if there is more than one rank) and pick this rank's device.
 
-    The rendezvous uses its own ``TCPStore`` so the init timeout is separate from the
-    collective timeout that the communicator enforces on every operation.
+    ``backend`` is ``train.backend``: ``auto`` becomes nccl when this rank sees a GPU.
     """
-    # Surface NCCL errors as exceptions (and a dead communicator as a dead process) instead of
-    # a silent hang; a retry supervisor can only act on a rank that exits.
-    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
     env = detect_env()
     if env.rank == 0 and (hazard := shared_store_restart_hazard()):
         warnings.warn(hazard, stacklevel=2)
-    backend = pick_backend(backend)
+    backend = choose_backend(backend, torch.cuda.device_count(), key="train.backend")
     device = pick_device(env, backend)
     if env.is_distributed and not dist.is_initialized():
-        store = dist.TCPStore(
-            env.master_addr,
-            env.master_port,
-            world_size=env.world_size,
-            is_master=env.rank == 0,
-            timeout=datetime.timedelta(seconds=init_timeout_s),
-        )
-        kwargs = {"device_id": device} if backend == "nccl" else {}
-        dist.init_process_group(
-            backend=backend,
-            store=store,
-            rank=env.rank,
-            world_size=env.world_size,
-            timeout=datetime.timedelta(seconds=collective_timeout_s),
-            **kwargs,
-        )
+        store = rendezvous(env, init_timeout_s)
+        join_process_group(store, env, backend, device, collective_timeout_s)
     return env, device
 
 

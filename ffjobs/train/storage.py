@@ -2,7 +2,8 @@
 
 Both stores give whole-object semantics: a reader sees either the complete old object or the
 complete new one. Locally that takes a temporary file, fsync, rename and an fsync of the
-directory; on S3 a PUT is already atomic.
+directory; on S3 a PUT is already atomic. An ``s3://`` store uses the config's ``s3:`` section
+(the same endpoint and region as an ``s3://`` dataset), else ``AWS_ENDPOINT_URL``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Protocol
+
+from ffjobs.storage_config import S3Config
 
 
 class CheckpointStore(Protocol):
@@ -71,9 +74,9 @@ class LocalStore:
 
 
 class S3Store:
-    """Objects under ``s3://bucket/prefix`` via boto3 (honours ``AWS_ENDPOINT_URL``)."""
+    """Objects under ``s3://bucket/prefix`` via boto3, at the endpoint ``s3`` names."""
 
-    def __init__(self, url: str, client: object | None = None):
+    def __init__(self, url: str, client: object | None = None, s3: S3Config | None = None):
         if not url.startswith("s3://"):
             raise ValueError(f"not an s3:// URL: {url}")
         bucket, _, prefix = url[len("s3://") :].partition("/")
@@ -82,7 +85,7 @@ class S3Store:
         if client is None:
             import boto3
 
-            client = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)
+            client = boto3.client("s3", **(s3 or S3Config()).client_options())
         self.client = client
 
     def _key(self, name: str) -> str:
@@ -117,8 +120,8 @@ class S3Store:
         return f"{self.location}/{name}"
 
 
-def open_store(location: str) -> CheckpointStore:
-    """A store for a local directory or an ``s3://`` URL."""
+def open_store(location: str, s3: S3Config | None = None) -> CheckpointStore:
+    """A store for a local directory or an ``s3://`` URL (at the endpoint ``s3`` names)."""
     if location.startswith("s3://"):
-        return S3Store(location)
+        return S3Store(location, s3=s3)
     return LocalStore(location)

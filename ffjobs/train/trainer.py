@@ -100,7 +100,7 @@ class Trainer:
         self.ema = GeneratorEMA(generator, tc.ema_decay) if tc.ema_decay is not None else None
         # a run's own folder (<train.checkpoint_dir>/<run key>) when the caller names one
         self.checkpointer = Checkpointer(
-            checkpoint_dir or tc.checkpoint_dir, keep=tc.keep_checkpoints
+            checkpoint_dir or tc.checkpoint_dir, keep=tc.keep_checkpoints, s3=config.s3
         )
         # drills record having fired next to the checkpoints, so a restarted job is not hit again
         self.faults = FaultInjector(tc.faults, env.rank, self.checkpointer.store)

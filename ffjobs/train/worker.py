@@ -40,7 +40,7 @@ def build_train_dataset(
     from ffjobs.data.dataset import FacePairDataset
     from ffjobs.data.index import index_from_config, split_identities
 
-    index = index_from_config(config.data, quarantine=quarantine)
+    index = index_from_config(config.data, quarantine=quarantine, s3=config.s3)
     train_index, _ = split_identities(index, config.data.val_fraction, config.data.synth.seed)
     return FacePairDataset(
         train_index,

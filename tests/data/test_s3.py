@@ -6,9 +6,11 @@ import json
 
 import pytest
 
+from ffjobs.cli import main
+from ffjobs.config import load_config
 from ffjobs.data.config import ValidationConfig
 from ffjobs.data.dataset import FacePairDataset
-from ffjobs.data.index import build_index
+from ffjobs.data.index import build_index, index_from_config
 from ffjobs.data.validate import validate_dataset
 
 from .conftest import upload_dataset
@@ -46,6 +48,21 @@ def test_clean_dataset_on_s3_validates_and_loads(s3_endpoint, s3_env, clean_data
     assert local.fingerprint == report.fingerprint  # same content, same version name
     item = FacePairDataset(index, 32, 0.5, seed=0)[0]
     assert item["target"].shape == (3, 32, 32)
+
+
+def test_validate_and_index_use_the_s3_section(
+    s3_endpoint, s3_env, clean_dataset, tmp_path, monkeypatch, capsys
+):
+    uri = upload_dataset(s3_endpoint, clean_dataset, "faces-section", "v1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing answers there
+    overrides = [f"data.source={uri}", f"s3.endpoint_url={s3_endpoint}", "s3.region=us-east-1",
+                 f"data.validation.cache_dir={tmp_path}"]  # fmt: skip
+    report = tmp_path / "r" / "report.json"
+    sets = [arg for item in overrides for arg in ("--set", item)]
+    assert main(["validate", "--report", str(report), "--json", *sets]) == 0
+    assert json.loads(capsys.readouterr().out)["files"] == 192
+    config = load_config(None, overrides)
+    assert len(index_from_config(config.data, s3=config.s3)) == 192
 
 
 def test_forked_worker_builds_its_own_client(s3_env):

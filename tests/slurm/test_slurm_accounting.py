@@ -9,7 +9,6 @@ import pytest
 
 from ffjobs.slurm.accounting import (
     AccountingError,
-    expand_nodelist,
     parse_elapsed,
     parse_sacct_line,
     read_job_accounting,
@@ -42,17 +41,15 @@ def test_running_is_not_finished_and_truncated_state_is_cleaned():
     assert record.state == "RUNNING" and not record.finished
 
 
-@pytest.mark.parametrize(
-    ("text", "names"),
-    [
-        ("node[1-3]", ("node1", "node2", "node3")),
-        ("gpu[08-10],login", ("gpu08", "gpu09", "gpu10", "login")),
-        ("a[1,3-4],b7", ("a1", "a3", "a4", "b7")),
-        ("None assigned", ()),
-    ],
-)
-def test_expand_nodelist(text, names):
-    assert expand_nodelist(text) == names
+def test_pending_job_has_no_nodes_and_lists_expand():
+    assert parse_sacct_line("9|PENDING|0:0|None assigned|00:00:00|2").nodes == ()
+    assert parse_sacct_line("9|RUNNING|0:0|gpu[08-09],c1|00:00:01|3").nodes == (
+        "gpu08", "gpu09", "c1")  # fmt: skip
+
+
+def test_malformed_node_list_is_an_accounting_error():
+    with pytest.raises(AccountingError, match=r"node\[1-2"):
+        parse_sacct_line("9|RUNNING|0:0|node[1-2|00:00:01|2")
 
 
 @pytest.mark.parametrize(

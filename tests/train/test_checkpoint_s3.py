@@ -1,16 +1,20 @@
-"""Checkpoints on s3:// through boto3, against a real S3-compatible server on loopback."""
+"""Checkpoints on s3:// through boto3, against a real S3-compatible server on loopback, and at
+the endpoint the ``s3:`` section names."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from ffjobs.storage_config import S3Config
 from ffjobs.train.checkpoint import Checkpointer, CheckpointWarning, capture_rng_state, data_name
 from ffjobs.train.faults import corrupt_blob
+from ffjobs.train.storage import LocalStore, S3Store, open_store
 
-pytestmark = pytest.mark.integration
+DEAD_ENDPOINT = "http://127.0.0.1:9"  # the discard port: nothing answers S3 there
 
 
+@pytest.mark.integration
 def test_s3_save_prune_verify_and_fallback(s3_env):
     import boto3
 
@@ -24,3 +28,71 @@ def test_s3_save_prune_verify_and_fallback(s3_env):
         ref = ckpt.latest_verified()
     assert ref is not None and ref.step == 2
     assert torch.equal(ckpt.load(ref)["w"], torch.full((8,), 2.0))
+
+
+@pytest.mark.integration
+def test_configured_endpoint_wins_over_the_environment(s3_endpoint, s3_env, monkeypatch):
+    import boto3
+
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="ckpt-config")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", DEAD_ENDPOINT)
+    s3 = S3Config(endpoint_url=s3_endpoint, region="us-east-1")
+    ckpt = Checkpointer("s3://ckpt-config/run", keep=2, s3=s3)
+    ckpt.save(7, {"w": torch.ones(4)}, {"rng": capture_rng_state()})
+    ref = ckpt.latest_verified()
+    assert ref is not None and ref.step == 7
+    listed = boto3.client("s3", endpoint_url=s3_endpoint).list_objects_v2(Bucket="ckpt-config")
+    assert {o["Key"] for o in listed["Contents"]} == {
+        "run/step-00000007.pt",
+        "run/step-00000007.json",
+    }
+
+
+class _ClientRecorder:
+    """Stands in for ``boto3.client`` and keeps the keyword arguments of every call."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, dict]] = []
+
+    def __call__(self, service, **kwargs):
+        self.calls.append((service, kwargs))
+        return object()
+
+
+@pytest.fixture
+def boto3_client(monkeypatch) -> _ClientRecorder:
+    import boto3
+
+    recorder = _ClientRecorder()
+    monkeypatch.setattr(boto3, "client", recorder)
+    return recorder
+
+
+def test_store_client_uses_the_configured_endpoint_and_region(boto3_client, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", DEAD_ENDPOINT)
+    s3 = S3Config(endpoint_url="http://minio.internal:9000", region="eu-west-1")
+    store = open_store("s3://bucket/ckpt", s3=s3)
+    assert isinstance(store, S3Store) and (store.bucket, store.prefix) == ("bucket", "ckpt")
+    assert boto3_client.calls == [
+        ("s3", {"endpoint_url": "http://minio.internal:9000", "region_name": "eu-west-1"})
+    ]
+
+
+@pytest.mark.parametrize("s3", [None, S3Config(), S3Config(endpoint_url="", region="")])
+def test_empty_setting_falls_back_to_the_environment(boto3_client, monkeypatch, s3):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://from-env:9000")
+    Checkpointer("s3://bucket/ckpt", s3=s3)
+    assert boto3_client.calls == [
+        ("s3", {"endpoint_url": "http://from-env:9000", "region_name": None})
+    ]
+
+
+def test_no_setting_and_no_environment_is_aws_itself(boto3_client, monkeypatch):
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    open_store("s3://bucket")
+    assert boto3_client.calls == [("s3", {"endpoint_url": None, "region_name": None})]
+
+
+def test_local_directory_needs_no_s3_client(boto3_client, tmp_path):
+    assert isinstance(open_store(str(tmp_path), s3=S3Config(endpoint_url="http://x:1")), LocalStore)
+    assert boto3_client.calls == []
