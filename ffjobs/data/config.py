@@ -44,8 +44,6 @@ class ValidationConfig:
     """Processes that inspect images; 0: one per CPU core."""
     cache_dir: str | None = None
     """Incremental cache; default ``$FFJOBS_CACHE_DIR`` or ``$XDG_CACHE_HOME/ffjobs`` (~/.cache)."""
-    report_dir: str = "runs/validation"
-    """Where ``report.json``, ``report.md`` and ``quarantine.txt`` go unless --report says."""
 
     def __post_init__(self) -> None:
         from ffjobs.data.checks import CHECKS
@@ -63,8 +61,6 @@ class DataConfig:
     """How images map to identities; ``auto`` detects a manifest, then identity folders."""
     manifest: str | None = None
     """Manifest file (JSONL or CSV: path, identity, optional split), relative to ``source``."""
-    quarantine: str | None = None
-    """File listing paths (one per line) the loader skips; written by ``ffjobs validate``."""
     synth: SynthConfig = field(default_factory=SynthConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     val_fraction: float = field(default=0.2, metadata={"ge": 0.0, "lt": 1.0})

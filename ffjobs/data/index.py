@@ -274,7 +274,7 @@ def read_quarantine(path: str | Path | None) -> set[str]:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise UserError(
-            f"quarantine file {path} not found; run `ffjobs validate` or fix data.quarantine"
+            f"quarantine file {path} not found; run `ffjobs validate` again"
         ) from None
     return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
 
@@ -334,7 +334,7 @@ def index_from_config(
         data.source,
         layout=data.layout,
         manifest=data.manifest,
-        quarantine=quarantine or data.quarantine,
+        quarantine=quarantine,
         cache_dir=data.validation.cache_dir,
         endpoint_url=s3.endpoint_url,
         region=s3.region,
