@@ -273,9 +273,7 @@ def read_quarantine(path: str | Path | None) -> set[str]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise UserError(
-            f"quarantine file {path} not found; run `ffjobs validate` again"
-        ) from None
+        raise UserError(f"quarantine file {path} not found; run `ffjobs validate` again") from None
     return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
 
 
