@@ -14,6 +14,10 @@ ensure_bridge() {
   if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
     ip link add "$BRIDGE" type bridge
   fi
+  # Daemons keep their sockets on the old addresses: a new subnet needs a clean start.
+  local have
+  have=$(ip -4 -o addr show dev "$BRIDGE" | awk '{print $4}' | grep -vx "$BRIDGE_ADDR/24" || true)
+  [[ -z $have ]] || die "$BRIDGE has $have, not $BRIDGE_ADDR/24 (FFJOBS_SUBNET changed?); run down.sh --purge first"
   ip addr replace "$BRIDGE_ADDR/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
 }
