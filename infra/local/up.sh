@@ -257,8 +257,13 @@ start_mlflow() {
   mkdir -p "$STATE_DIR/mlflow/artifacts"
   # Loopback for host-side clients, the bridge for jobs on the nodes, and no other address: gunicorn
   # binds several, uvicorn only one. The server's background job runner is not needed here.
+  local gunicorn_opts="--bind 127.0.0.1:$MLFLOW_PORT"
+  # gunicorn >= 26 would otherwise leave a control socket under $HOME/.gunicorn.
+  if "$VENV/bin/python" -m gunicorn --help 2>/dev/null | grep -q -- --no-control-socket; then
+    gunicorn_opts+=" --no-control-socket"
+  fi
   MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false start_detached mlflow "$MLFLOW_BIN" server \
-    --host "$BRIDGE_ADDR" --port "$MLFLOW_PORT" --gunicorn-opts "--bind 127.0.0.1:$MLFLOW_PORT" \
+    --host "$BRIDGE_ADDR" --port "$MLFLOW_PORT" --gunicorn-opts "$gunicorn_opts" \
     --backend-store-uri "sqlite:///$STATE_DIR/mlflow/mlflow.db" \
     --artifacts-destination "$STATE_DIR/mlflow/artifacts" --serve-artifacts --workers 1
 }
