@@ -1,45 +1,36 @@
 #!/usr/bin/env bash
 # Stop every daemon infra/local/up.sh started (by its pid file). Idempotent; state is kept, so the
 # next up.sh reuses the database, job ids and MLflow runs. Delete the state directory to start over.
+# --purge: also delete the nodes' network namespaces and the bridge (netns.sh down).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source=infra/local/common.sh
 source "$repo/infra/local/common.sh"
 
-stop() {  # stop NAME: TERM, wait up to 15 s, then KILL
-  local name=$1 pid
-  if ! is_running "$name"; then
-    rm -f "$RUN_DIR/$name.pid"
-    return
-  fi
-  pid=$(<"$RUN_DIR/$name.pid")
-  # Detached services lead their own process group (setsid); signal the group to reach workers.
-  if [[ $(ps -o pgid= -p "$pid" | tr -d ' ') == "$pid" ]]; then
-    kill -TERM -- "-$pid" 2>/dev/null || true
-  else
-    kill -TERM "$pid" 2>/dev/null || true
-  fi
-  for _ in $(seq 30); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.5
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    printf 'down.sh: %s (pid %s) ignored TERM; killing\n' "$name" "$pid" >&2
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$RUN_DIR/$name.pid"
-  printf 'down.sh: stopped %s\n' "$name" >&2
-}
+purge=0
+case ${1:-} in
+  "") ;;
+  --purge) purge=1 ;;
+  *) printf 'down.sh: error: usage: down.sh [--purge]\n' >&2; exit 2 ;;
+esac
 
-[[ -d $RUN_DIR ]] || exit 0
+if [[ ! -d $RUN_DIR ]]; then
+  if [[ $purge -eq 1 ]]; then bash "$repo/infra/local/netns.sh" down; fi
+  exit 0
+fi
 mkdir -p "$STATE_DIR"
 take_stack_lock down.sh
 for name in mlflow slurmd-node3 slurmd-node2 slurmd-node1 slurmctld slurmdbd mariadbd munged; do
-  stop "$name"
+  stop_daemon "$name"
 done
 # A munged that lost its pid file (see start_munge in up.sh) still belongs to this state directory.
 for pid in $(munged_pids); do
   kill "$pid" 2>/dev/null || true
   printf 'down.sh: stopped munged %s (had no pid file)\n' "$pid" >&2
 done
+if [[ $purge -eq 1 ]]; then
+  bash "$repo/infra/local/netns.sh" down
+  printf 'down.sh: deleted the namespaces %s and the bridge %s\n' \
+    "$(for node in "${NODES[@]}"; do netns_of "$node"; done | paste -sd, -)" "$BRIDGE" >&2
+fi

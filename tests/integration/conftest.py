@@ -1,8 +1,8 @@
 """The local stack (SLURM mini-cluster, MLflow server) for integration tests.
 
 ``local_stack`` runs ``infra/local/up.sh`` (idempotent and quick when the stack is already up),
-then exports the stack's ``env.sh`` (SLURM_CONF, MLFLOW_TRACKING_URI, ...) into this process for
-the whole session. Set ``FFJOBS_SKIP_STACK=1`` to skip the tests that need it.
+then exports the stack's ``env.sh`` (SLURM_CONF, MLFLOW_TRACKING_URI, FFJOBS_NODE_ADDRS, ...) into
+this process for the whole session. Set ``FFJOBS_SKIP_STACK=1`` to skip the tests that need it.
 """
 
 from __future__ import annotations
