@@ -60,7 +60,7 @@ from ffjobs.slurm.accounting import (
     SACCT_FIELDS,
     AccountingError,
     Runner,
-    expand_nodelist,
+    allocated_nodes,
     normalise_state,
     parse_sacct_output,
     run_command,
@@ -230,7 +230,7 @@ def _squeue_statuses(job_ids: list[str], runner: Runner) -> list[JobStatus]:
             continue  # a warning squeue printed on stdout, not a job
         job_id, raw_state, nodelist = fields
         state = normalise_state(raw_state)
-        nodes = expand_nodelist(nodelist)
+        nodes = allocated_nodes(nodelist)
         statuses.append(JobStatus(job_id, job_state(state), state, None, None, nodes, "squeue"))
     return statuses
 
@@ -253,7 +253,7 @@ def _scontrol_statuses(job_ids: list[str], runner: Runner) -> list[JobStatus]:
                 slurm_state=state,
                 exit_code=int(code) if code.isdigit() else None,
                 signal=int(signal) if signal.isdigit() else None,
-                nodes=expand_nodelist(fields.get("NodeList", "")),
+                nodes=allocated_nodes(fields.get("NodeList", "")),
                 source="scontrol",
             )
         )

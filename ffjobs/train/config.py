@@ -22,6 +22,14 @@ class FaultInjection:
     hang_at_step: int | None = field(default=None, metadata={"ge": 1})
     raise_in_collective_at_step: int | None = field(default=None, metadata={"ge": 1})
     """Every rank raises from inside the gradient all-reduce of this step."""
+    raise_rank: int | None = field(default=None, metadata={"ge": 0})
+    """Rank that raises ``raise_error`` from the training step at ``raise_at_step``."""
+    raise_at_step: int | None = field(default=None, metadata={"ge": 1})
+    raise_error: Literal["user_code", "out_of_memory"] = "user_code"
+    """``user_code``: a plain ``ValueError`` (a bug); ``out_of_memory``: ``torch.OutOfMemoryError``
+    with the CUDA allocator's message (what a too-large batch ends with)."""
+    every_time: bool = False
+    """Fire the step drills in every run, not once per job (drills of a failure that persists)."""
     corrupt_latest_checkpoint: bool = False
     """Flip bytes in each checkpoint right after it is written (tests the fallback)."""
 
@@ -30,6 +38,8 @@ class FaultInjection:
             raise ValueError("kill_rank: kill_rank and kill_at_step must be set together")
         if (self.hang_rank is None) != (self.hang_at_step is None):
             raise ValueError("hang_rank: hang_rank and hang_at_step must be set together")
+        if (self.raise_rank is None) != (self.raise_at_step is None):
+            raise ValueError("raise_rank: raise_rank and raise_at_step must be set together")
 
     @property
     def any_enabled(self) -> bool:
@@ -37,6 +47,7 @@ class FaultInjection:
             self.kill_rank is not None
             or self.hang_rank is not None
             or self.raise_in_collective_at_step is not None
+            or self.raise_rank is not None
             or self.corrupt_latest_checkpoint
         )
 

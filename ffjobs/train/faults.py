@@ -29,7 +29,7 @@ class InjectedFault(RuntimeError):
     """Raised on purpose by a drill."""
 
 
-STEP_DRILLS = ("kill", "hang", "raise_in_collective")
+STEP_DRILLS = ("kill", "hang", "raise_in_collective", "raise")
 
 
 def marker_name(kind: str) -> str:
@@ -59,12 +59,13 @@ class FaultInjector:
             "kill": cfg.kill_at_step,
             "hang": cfg.hang_at_step,
             "raise_in_collective": cfg.raise_in_collective_at_step,
+            "raise": cfg.raise_at_step,
         }
         return {kind for kind, step in targets.items() if step is not None}
 
     def _fired_before(self) -> set[str]:
         configured = self._configured()
-        if self.store is None or not configured:
+        if self.store is None or not configured or self.config.every_time:
             return set()  # no drill, no look at the store
         names = set(self.store.list())
         return {kind for kind in configured if marker_name(kind) in names}
@@ -78,7 +79,7 @@ class FaultInjector:
                 flush=True,
             )
             return False
-        if self.store is not None:
+        if self.store is not None and not self.config.every_time:
             record = {"kind": kind, "rank": self.rank, "step": step, "time": time.time()}
             self.store.write(marker_name(kind), json.dumps(record).encode())
         return True
@@ -94,6 +95,16 @@ class FaultInjector:
             print(f"[fault] rank {self.rank}: hanging at step {step}", file=sys.stderr, flush=True)
             while True:  # stop participating; peers block in their next collective
                 time.sleep(3600)
+        if cfg.raise_rank == self.rank and cfg.raise_at_step == step and self._arm("raise", step):
+            print(f"[fault] rank {self.rank}: {cfg.raise_error} at step {step}", file=sys.stderr)
+            if cfg.raise_error == "out_of_memory":
+                import torch
+
+                raise torch.OutOfMemoryError(
+                    "CUDA out of memory. Tried to allocate 2.00 GiB (injected at step "
+                    f"{step} on rank {self.rank})"
+                )
+            raise ValueError(f"injected bug in the training step at step {step}")
 
     def wrap_comm_hook(self, hook: Any) -> Any:
         """A DDP comm hook that raises from inside the all-reduce at the configured step."""

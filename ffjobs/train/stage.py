@@ -11,11 +11,16 @@ from ffjobs.train.job import TrainJob
 
 
 def train_job(config: Config, checkpoint_dir: str, **fields: Any) -> TrainJob:
-    """The job every rank of this run trains (inputs of the embedded default made first)."""
+    """The job every rank of this run trains (inputs of the embedded default made first, and a
+    dataset that is not there refused here, before any rank starts)."""
+    from ffjobs.data.sources import open_source
     from ffjobs.models.prepare import ensure_demo_inputs
 
     if fields.get("data", "dataset") == "dataset":
         ensure_demo_inputs(config)
+        open_source(
+            config.data.source, endpoint_url=config.s3.endpoint_url, region=config.s3.region
+        )
     return TrainJob.of(config, checkpoint_dir=checkpoint_dir, **fields)
 
 

@@ -67,8 +67,9 @@ def test_slurm_parameters_carry_the_cluster_profile(tmp_path):
     assert params["nodes"] == 2 and params["tasks_per_node"] == 8 and params["gpus_per_node"] == 8
     assert params["slurm_partition"] == "gpu-h200" and params["slurm_account"] == "ml-platform"
     assert params["slurm_exclude"] == "gpu01,gpu07"
-    assert params["slurm_srun_args"] == [
-        "--container-image=nvcr.io/nvidia/pytorch:25.01", "--container-mounts=/data:/data"]  # fmt: skip
+    assert params["slurm_srun_args"] == [  # one dead rank stops the rest at once
+        "--container-image=nvcr.io/nvidia/pytorch:25.01", "--kill-on-bad-exit=1",
+        "--container-mounts=/data:/data"]  # fmt: skip
     assert any(line.startswith("export NCCL_IB_HCA=") for line in params["slurm_setup"])
 
 

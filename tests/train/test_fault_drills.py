@@ -25,6 +25,33 @@ def test_raise_inside_the_allreduce_fails_the_job(tmp_path):
     assert failure.value.returncode == 1
 
 
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [("user_code", "ValueError: injected bug"), ("out_of_memory", "CUDA out of memory")],
+)
+def test_raise_drill_ends_the_launch_naming_the_rank_and_its_traceback(tmp_path, error, expected):
+    config = tiny_config(
+        tmp_path,
+        "train.faults.raise_rank=1",
+        "train.faults.raise_at_step=2",
+        f"train.faults.raise_error={error}",
+    )
+    with pytest.raises(LaunchFailed) as failure:
+        launch_local(config, 2, data="memory", quiet_stdout=True, log_dir=tmp_path / "logs")
+    assert failure.value.rank == 1 and failure.value.returncode == 1
+    assert expected in failure.value.log.read_text()  # the evidence a supervisor classifies
+    assert f"its log: {failure.value.log}" in str(failure.value)
+
+
+def test_every_time_drills_fire_in_every_run_of_the_job(tmp_path, monkeypatch):
+    store = LocalStore(tmp_path / "ckpt")
+    drill = FaultInjection(raise_rank=0, raise_at_step=3, every_time=True)
+    for _ in range(2):  # a restart resumes below step 3 and meets the same failure again
+        with pytest.raises(ValueError, match="injected bug"):
+            FaultInjector(drill, rank=0, store=store).before_step(3)
+    assert store.list() == []  # no marker: nothing remembers having fired
+
+
 def test_hung_rank_makes_its_peer_time_out_within_the_collective_timeout(tmp_path):
     config = tiny_config(
         tmp_path,

@@ -1,0 +1,138 @@
+"""Training on the real SLURM mini-cluster (two of three namespaced nodes, gloo on CPU) through
+``ffjobs train --submit --wait``: a fault injected at a known step, then the classification,
+the retry (or not) and the outcome are checked against the run's attempt log, and a recovered
+run's final weights against an uninterrupted run with the same seed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from train.helpers import TINY_MODEL, final_weights  # tests/ is on sys.path (rootdir conftest)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS, CHECKPOINT_EVERY = 8, 2
+TRAIN = [
+    *TINY_MODEL,
+    "model.identity_weights=null",  # a random frozen encoder: no pre-training in the jobs
+    "train.batch_size=2",
+    f"train.steps={STEPS}",
+    f"train.checkpoint_every={CHECKPOINT_EVERY}",
+    "train.keep_checkpoints=10",
+    "train.log_every=1",  # a progress line per step: the attempt log counts steps from them
+    "train.deterministic=true",
+    "train.precision=fp32",
+    "train.init_timeout_s=60",
+    "train.collective_timeout_s=30",
+    "tracking.enabled=false",
+    "slurm.retry_backoff_s=1",
+    "slurm.time_min=5",
+]
+
+
+def submit(tmp_path: Path, env: dict[str, str], *overrides: str) -> tuple[int, dict, list]:
+    """``ffjobs train --submit --wait`` of a tiny job; (exit code, outcome, attempt records)."""
+    sets = [
+        *TRAIN,
+        f"runs_dir={tmp_path / 'runs'}",
+        f"train.checkpoint_dir={tmp_path / 'ckpt'}",
+        f"slurm.folder={tmp_path / 'jobs'}",
+        *overrides,
+    ]
+    command = [sys.executable, "-m", "ffjobs.cli", "train", "-c", "minicluster", "--submit",
+               "--wait", "--data", "memory", "--json"]  # fmt: skip
+    for item in sets:
+        command += ["--set", item]
+    result = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert result.stdout.strip(), result.stderr[-4000:]
+    outcome = json.loads(result.stdout)
+    log = Path(outcome["facts"]["attempt_log"])
+    attempts = [json.loads(line) for line in log.read_text().splitlines()]
+    return result.returncode, outcome, attempts
+
+
+def straight_run(tmp_path: Path) -> dict:
+    """The same training without faults, as local ranks: the reference weights."""
+    from ffjobs.config import load_config
+    from ffjobs.train.launch import launch_local
+
+    config = load_config("minicluster", [*TRAIN, "slurm.executor=local", "slurm.nodes=1"])
+    launch_local(config, 2, data="memory", checkpoint_dir=str(tmp_path / "straight"),
+                 quiet_stdout=True)  # fmt: skip
+    return final_weights(tmp_path / "straight")
+
+
+def assert_bitwise_equal(ours: dict, reference: dict) -> None:
+    assert ours["step"] == reference["step"] == STEPS
+    for net in ("generator", "discriminator", "ema"):
+        for name, tensor in reference[net].items():
+            assert torch.equal(ours[net][name], tensor), f"{net}.{name} differs"
+
+
+@pytest.fixture
+def env(local_stack) -> dict[str, str]:
+    import os
+
+    # the stack's SLURM_CONF stays; a surrounding job's or launcher's rank variables do not
+    inherited = ("SLURM_JOB", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP", "RANK", "WORLD_SIZE")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(inherited)}
+    # one thread per rank, as the local reference run has (sbatch and srun pass it on):
+    # another thread count sums in another order, and bitwise equality is the claim
+    return {**env, "OMP_NUM_THREADS": "1"}
+
+
+def test_killed_rank_is_retried_without_its_node_and_finishes_bitwise(tmp_path, env):
+    code, outcome, attempts = submit(
+        tmp_path, env, "train.faults.kill_rank=1", "train.faults.kill_at_step=5"
+    )
+    assert code == 0, (outcome, attempts)
+    first, second = attempts
+    assert first["kind"] in ("communicator", "node_failure") and first["retryable"]
+    assert first["suspect_nodes"], first  # the killed rank's node
+    assert first["suspect_nodes"][0] in first["nodes"]
+    assert set(first["suspect_nodes"]) <= set(second["excluded"])
+    assert not set(second["nodes"]) & set(first["suspect_nodes"])  # ran on the healthy nodes
+    assert first["steps_lost"] <= CHECKPOINT_EVERY  # at most one checkpoint interval lost
+    assert second["kind"] is None and outcome["facts"]["final_step"] == STEPS
+    assert 0 < outcome["facts"]["goodput"] < 1
+    key = outcome["run_key"]
+    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight_run(tmp_path))
+
+
+def test_user_code_exception_is_not_retried_and_says_why(tmp_path, env):
+    code, outcome, attempts = submit(
+        tmp_path, env, "train.faults.raise_rank=0", "train.faults.raise_at_step=3"
+    )
+    assert code == 1
+    (only,) = attempts
+    assert only["kind"] == "user_code" and not only["retryable"]
+    assert "not retryable" in outcome["summary"] and "ValueError" in outcome["summary"]
+
+
+def test_out_of_memory_is_not_retried_by_default(tmp_path, env):
+    code, outcome, attempts = submit(
+        tmp_path, env, "train.faults.raise_rank=1", "train.faults.raise_at_step=3",
+        "train.faults.raise_error=out_of_memory",
+    )  # fmt: skip
+    assert code == 1
+    (only,) = attempts
+    assert only["kind"] == "out_of_memory" and not only["retryable"]
+
+
+def test_a_failure_on_every_attempt_stops_after_the_budget(tmp_path, env):
+    code, outcome, attempts = submit(
+        tmp_path, env, "train.faults.raise_in_collective_at_step=3",
+        "train.faults.every_time=true", "slurm.max_attempts=2",
+    )  # fmt: skip
+    assert code == 3  # retryable, but the budget is spent
+    assert [a["kind"] for a in attempts] == ["communicator", "communicator"]
+    assert "attempt budget of 2" in outcome["summary"]
+    assert all(a["job_id"] for a in attempts) and attempts[0]["job_id"] != attempts[1]["job_id"]
