@@ -136,3 +136,42 @@ def test_a_failure_on_every_attempt_stops_after_the_budget(tmp_path, env):
     assert [a["kind"] for a in attempts] == ["communicator", "communicator"]
     assert "attempt budget of 2" in outcome["summary"]
     assert all(a["job_id"] for a in attempts) and attempts[0]["job_id"] != attempts[1]["job_id"]
+
+
+def test_preemption_signal_checkpoints_and_requeues_through_submitit(tmp_path, env):
+    """USR2 (what SLURM sends before a pre-emption or the time limit) on every task: one
+    consistent checkpoint, a requeue of the same job by submitit, and the run finishes."""
+    import time
+
+    # long enough (about 10 s of steps) that the signal lands mid-training
+    sets = [*TRAIN, "train.steps=200", "train.checkpoint_every=50", f"runs_dir={tmp_path / 'runs'}",
+            f"train.checkpoint_dir={tmp_path / 'ckpt'}", f"slurm.folder={tmp_path / 'jobs'}"]  # fmt: skip
+    command = [sys.executable, "-m", "ffjobs.cli", "train", "-c", "minicluster", "--submit",
+               "--wait", "--data", "memory", "--json"]  # fmt: skip
+    for item in sets:
+        command += ["--set", item]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    job_id = None
+    while time.monotonic() < deadline and job_id is None:  # wait for training to be under way
+        for record in (tmp_path / "runs").glob("*/run.json"):
+            jobs = json.loads(record.read_text()).get("slurm_jobs") or []
+            logs = list((tmp_path / "jobs").glob("*/attempt-1/*/*_0_log.out"))
+            if jobs and logs and "step 3/" in logs[0].read_text():
+                job_id = jobs[0]["job_id"]
+        time.sleep(0.5)
+    assert job_id, "training never reached step 3"
+    subprocess.run(["scancel", "--signal=USR2", job_id], env=env, check=True, timeout=30)
+    out, _ = proc.communicate(timeout=600)
+    assert out.strip().startswith("{"), out[-3000:]
+    outcome = json.loads(out)
+    assert proc.returncode == 0, outcome
+    log = Path(outcome["facts"]["attempt_log"]).read_text()
+    attempts = [json.loads(line) for line in log.splitlines()]
+    assert len(attempts) == 1 and attempts[0]["job_id"] == job_id  # requeued, not resubmitted
+    folder = next((tmp_path / "jobs").glob(f"*/attempt-1/{job_id}"))
+    rank0 = (folder / f"{job_id}_0_log.err").read_text() + (
+        folder / f"{job_id}_0_log.out"
+    ).read_text()
+    assert "will checkpoint and stop" in rank0 and "resumed from" in rank0
+    assert outcome["facts"]["final_step"] == 200
