@@ -7,14 +7,11 @@ The DAG is parsed in a subprocess with its own AIRFLOW_HOME, as in ``test_dag_pa
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from dag_parse import parse_dags
 
 from ffjobs.config import param_schema
 from ffjobs.slurm.config import SlurmConfig
@@ -53,23 +50,7 @@ TYPED = {"train_steps": "train.steps", "train_lr": "train.lr", "slurm_nodes": "s
 
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    home = tmp_path_factory.mktemp("airflow-home")
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", PARSE, str(REPO / "dags")],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return parse_dags(PARSE, tmp_path_factory.mktemp("airflow-home"))
 
 
 def _metadata(cls: type, name: str) -> dict:

@@ -7,14 +7,11 @@ not leak into other tests, and ``sys.modules`` shows exactly what parsing import
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from dag_parse import parse_dags
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,23 +56,7 @@ PARSE = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    home = tmp_path_factory.mktemp("airflow-home")
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", PARSE, str(REPO / "dags")],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return parse_dags(PARSE, tmp_path_factory.mktemp("airflow-home"))
 
 
 def test_dag_folder_parses_without_errors(parsed):
