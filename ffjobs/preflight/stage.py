@@ -37,6 +37,10 @@ def preflight_stage(config: Config, run: Run, *, sysfs_root: str | None = None) 
     if report["reasons"]:
         summary += ": " + report["reasons"][0]
     failed = verdict == "FAIL"
+    exclude = gated_nodes(config, report) if failed else []
+    if exclude:  # the failure is in nodes the training job can do without
+        failed = False
+        summary += f"; training excludes {', '.join(exclude)}"
     return StageOutcome(
         "preflight",
         "failed" if failed else "passed",
@@ -49,5 +53,27 @@ def preflight_stage(config: Config, run: Run, *, sysfs_root: str | None = None) 
             "verdict": verdict,
             "report": report.get("artifacts", {}).get("json"),
             "suspect_nodes": report.get("suspect_nodes", []),
+            "exclude": exclude,
         },
     )
+
+
+def gated_nodes(config: Config, report: dict, usable: list[str] | None = None) -> list[str]:
+    """The nodes a FAIL verdict blames, when training can run without them; else ``[]``.
+
+    Every FAIL finding must name a suspect node (a bad environment everywhere is not a bad
+    node), and the partition (``usable``: ``sinfo``'s nodes unless given) minus the profile's
+    exclude list and the suspects must still hold ``slurm.nodes`` nodes.
+    """
+    suspects = list(report.get("suspect_nodes") or [])
+    fails = [f for f in report.get("findings", []) if f.get("level") == "FAIL"]
+    if config.slurm.executor != "slurm" or not suspects or not fails:
+        return []
+    if any(f.get("node") not in suspects for f in fails):
+        return []
+    if usable is None:
+        from ffjobs.slurm.training import partition_nodes
+
+        usable = partition_nodes(config.slurm.partition)
+    left = [n for n in usable or [] if n not in suspects and n not in config.slurm.exclude]
+    return suspects if len(left) >= config.slurm.nodes else []

@@ -139,7 +139,8 @@ def _train_on_slurm(config: Config, run: Run, job: TrainJob, *, wait: bool) -> S
     )
     if not wait:
         if live is None:
-            live = backend.submit(len(jobs) + 1, tuple(slurm.exclude))
+            gated = run.facts("preflight").get("exclude", [])
+            live = backend.submit(len(jobs) + 1, (*slurm.exclude, *gated))
         summary = (
             f"submitted as SLURM job {live}; follow it with 'ffjobs runs show {run.key}', "
             f"supervise it (retries) with 'ffjobs run --resume {run.key} --stages train'"
@@ -152,9 +153,10 @@ def _train_on_slurm(config: Config, run: Run, job: TrainJob, *, wait: bool) -> S
         backoff_max_s=slurm.retry_backoff_max_s,
         retry_oom=slurm.retry_oom,
     )
+    # nodes the preflight failed are left out from the first attempt on
+    exclude = [*slurm.exclude, *run.facts("preflight").get("exclude", [])]
     outcome = supervise(
-        backend, policy, nodes_needed=slurm.nodes, exclude=slurm.exclude, record=record,
-        echo=run.echo,
+        backend, policy, nodes_needed=slurm.nodes, exclude=exclude, record=record, echo=run.echo
     )  # fmt: skip
     logger.log_metrics({"goodput": outcome.goodput}, step=len(jobs))
     ref = Checkpointer(job.checkpoint_dir).latest_verified()

@@ -107,6 +107,23 @@ def test_killed_rank_is_retried_without_its_node_and_finishes_bitwise(tmp_path, 
     assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight_run(tmp_path))
 
 
+def test_hung_rank_is_caught_by_the_collective_timeout_and_retried_bitwise(tmp_path, env):
+    code, outcome, attempts = submit(
+        tmp_path, env, "train.faults.hang_rank=1", "train.faults.hang_at_step=5",
+        "train.collective_timeout_s=10",
+    )  # fmt: skip
+    assert code == 0, (outcome, attempts)
+    first, second = attempts
+    assert first["kind"] == "communicator" and first["retryable"]
+    assert first["suspect_nodes"] == [first["nodes"][1]]  # the hung rank's node, not its peer's
+    assert first["suspect_nodes"][0] not in second["nodes"]
+    # the healthy rank gave up after the collective timeout, not after the job's time limit
+    assert first["ended_at"] - first["started_at"] < 10 + 60
+    assert first["steps_lost"] <= CHECKPOINT_EVERY
+    key = outcome["run_key"]
+    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight_run(tmp_path))
+
+
 def test_user_code_exception_is_not_retried_and_says_why(tmp_path, env):
     code, outcome, attempts = submit(
         tmp_path, env, "train.faults.raise_rank=0", "train.faults.raise_at_step=3"
