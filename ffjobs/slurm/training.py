@@ -15,6 +15,7 @@ the requeued job resumes from that checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -26,7 +27,7 @@ from typing import Any
 
 import submitit
 
-from ffjobs.slurm.failures import RankLog
+from ffjobs.slurm.failures import Failure, RankLog, classify_failure
 from ffjobs.slurm.jobstate import JobState, JobStatus, poll_jobs
 from ffjobs.slurm.supervisor import AttemptResult
 from ffjobs.train.job import TrainJob
@@ -78,6 +79,8 @@ class SlurmAttempts:
     """A job of this run that may still be running: attached to instead of submitting anew."""
     first_attempt: int = 0
     """Attempts this run made before (a resumed run): folders and numbers continue after them."""
+    lost_nodes: tuple[str, ...] = ()
+    """Nodes of the last attempt that the controller no longer reaches (see :meth:`classify`)."""
 
     def usable_nodes(self, exclude: tuple[str, ...]) -> int | None:
         nodes = partition_nodes(self.config.slurm.partition)
@@ -122,8 +125,25 @@ class SlurmAttempts:
                     started_at=started, ended_at=time.time(),
                 )  # fmt: skip
         status = self._wait(job_id)
+        failed = status.state is not JobState.SUCCEEDED
+        self.lost_nodes = unresponsive_nodes(status.nodes) if failed else ()
         folder = job_folder(self.config.slurm.folder, self.run_key, number)
         return self._result(job_id, status, folder, started)
+
+    def classify(self, state, exit_code, ranks, *, retry_oom: bool = False) -> Failure:
+        """:func:`classify_failure`, plus what only the controller knows: a node of the job that
+        stopped responding (a cut link, a dead node) is the suspect, whatever its peers logged."""
+        failure = classify_failure(state, exit_code, ranks, retry_oom=retry_oom)
+        lost = [n for n in self.lost_nodes if n not in failure.suspect_nodes]
+        if not lost or not failure.retryable:
+            return failure
+        seen = tuple(f"slurmctld: {node} stopped responding during the job" for node in lost)
+        return dataclasses.replace(
+            failure,
+            suspect_nodes=(*lost, *failure.suspect_nodes),
+            evidence=(*seen, *failure.evidence),
+            summary=f"{failure.summary}; {', '.join(lost)} stopped responding",
+        )
 
     def _wait(self, job_id: str) -> JobStatus:
         while True:
@@ -162,6 +182,26 @@ class SlurmAttempts:
             ended_at=time.time(),
             slurm_state=status.slurm_state,
         )
+
+
+def unresponsive_nodes(nodes: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Those of ``nodes`` that ``sinfo`` reports down, failing or not responding (``*``)."""
+    import subprocess
+
+    if not nodes:
+        return ()
+    argv = ["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N|%T"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    lost = []
+    for line in out.splitlines():
+        node, _, state = line.strip().partition("|")
+        state = state.lower()
+        if state.endswith("*") or state.startswith(("down", "fail", "drain", "unk")):
+            lost.append(node)
+    return tuple(dict.fromkeys(lost))
 
 
 def partition_nodes(partition: str | None) -> list[str] | None:

@@ -156,7 +156,13 @@ def _train_on_slurm(config: Config, run: Run, job: TrainJob, *, wait: bool) -> S
     # nodes the preflight failed are left out from the first attempt on
     exclude = [*slurm.exclude, *run.facts("preflight").get("exclude", [])]
     outcome = supervise(
-        backend, policy, nodes_needed=slurm.nodes, exclude=exclude, record=record, echo=run.echo
+        backend,
+        policy,
+        nodes_needed=slurm.nodes,
+        exclude=exclude,
+        record=record,
+        echo=run.echo,
+        classify=backend.classify,
     )  # fmt: skip
     logger.log_metrics({"goodput": outcome.goodput}, step=len(jobs))
     ref = Checkpointer(job.checkpoint_dir).latest_verified()

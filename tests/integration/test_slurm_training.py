@@ -155,40 +155,101 @@ def test_a_failure_on_every_attempt_stops_after_the_budget(tmp_path, env):
     assert all(a["job_id"] for a in attempts) and attempts[0]["job_id"] != attempts[1]["job_id"]
 
 
-def test_preemption_signal_checkpoints_and_requeues_through_submitit(tmp_path, env):
-    """USR2 (what SLURM sends before a pre-emption or the time limit) on every task: one
-    consistent checkpoint, a requeue of the same job by submitit, and the run finishes."""
-    import time
-
-    # long enough (about 10 s of steps) that the signal lands mid-training
-    sets = [*TRAIN, "train.steps=200", "train.checkpoint_every=50", f"runs_dir={tmp_path / 'runs'}",
-            f"train.checkpoint_dir={tmp_path / 'ckpt'}", f"slurm.folder={tmp_path / 'jobs'}"]  # fmt: skip
+def start(tmp_path: Path, env: dict[str, str], *overrides: str) -> subprocess.Popen:
+    """``ffjobs train --submit --wait`` in the background (for drills that act mid-training)."""
+    sets = [*TRAIN, f"runs_dir={tmp_path / 'runs'}", f"train.checkpoint_dir={tmp_path / 'ckpt'}",
+            f"slurm.folder={tmp_path / 'jobs'}", *overrides]  # fmt: skip
     command = [sys.executable, "-m", "ffjobs.cli", "train", "-c", "minicluster", "--submit",
                "--wait", "--data", "memory", "--json"]  # fmt: skip
     for item in sets:
         command += ["--set", item]
-    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    job_id = None
-    while time.monotonic() < deadline and job_id is None:  # wait for training to be under way
+    return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+
+
+def wait_for_step(tmp_path: Path, step: int, timeout_s: float = 300) -> str:
+    """Block until attempt 1's rank 0 has logged ``step``; return that job's id."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         for record in (tmp_path / "runs").glob("*/run.json"):
             jobs = json.loads(record.read_text()).get("slurm_jobs") or []
             logs = list((tmp_path / "jobs").glob("*/attempt-1/*/*_0_log.out"))
-            if jobs and logs and "step 3/" in logs[0].read_text():
-                job_id = jobs[0]["job_id"]
-        time.sleep(0.5)
-    assert job_id, "training never reached step 3"
-    subprocess.run(["scancel", "--signal=USR2", job_id], env=env, check=True, timeout=30)
-    out, _ = proc.communicate(timeout=600)
+            if jobs and logs and f"step {step}/" in logs[0].read_text():
+                return jobs[0]["job_id"]
+        time.sleep(0.2)
+    raise AssertionError(f"training never reached step {step}")
+
+
+def finish(proc: subprocess.Popen) -> tuple[int, dict, list]:
+    out, _ = proc.communicate(timeout=900)
     assert out.strip().startswith("{"), out[-3000:]
     outcome = json.loads(out)
-    assert proc.returncode == 0, outcome
     log = Path(outcome["facts"]["attempt_log"]).read_text()
-    attempts = [json.loads(line) for line in log.splitlines()]
+    return proc.returncode, outcome, [json.loads(line) for line in log.splitlines()]
+
+
+def job_nodes(job_id: str, env: dict[str, str]) -> list[str]:
+    from ffjobs.slurm.jobstate import poll_jobs
+
+    return list(poll_jobs([job_id])[job_id].nodes)
+
+
+def test_preemption_signal_checkpoints_and_requeues_through_submitit(tmp_path, env):
+    """USR2 (what SLURM sends before a pre-emption or the time limit) on every task: one
+    consistent checkpoint, a requeue of the same job by submitit, and the run finishes."""
+    # long enough (about 10 s of steps) that the signal lands mid-training
+    proc = start(tmp_path, env, "train.steps=200", "train.checkpoint_every=50")
+    job_id = wait_for_step(tmp_path, 3)
+    subprocess.run(["scancel", "--signal=USR2", job_id], env=env, check=True, timeout=30)
+    code, outcome, attempts = finish(proc)
+    assert code == 0, outcome
     assert len(attempts) == 1 and attempts[0]["job_id"] == job_id  # requeued, not resubmitted
     folder = next((tmp_path / "jobs").glob(f"*/attempt-1/{job_id}"))
-    rank0 = (folder / f"{job_id}_0_log.err").read_text() + (
-        folder / f"{job_id}_0_log.out"
-    ).read_text()
+    rank0 = (folder / f"{job_id}_0_log.err").read_text()
+    rank0 += (folder / f"{job_id}_0_log.out").read_text()
     assert "will checkpoint and stop" in rank0 and "resumed from" in rank0
     assert outcome["facts"]["final_step"] == 200
+
+
+def test_cut_link_names_the_node_and_the_retry_runs_without_it(tmp_path, env):
+    """The network link of the node of rank 1 goes down mid-training and stays down."""
+    from links import cut_link
+
+    proc = start(tmp_path, env, "train.steps=60", "train.collective_timeout_s=10")
+    job_id = wait_for_step(tmp_path, 3)
+    victim = job_nodes(job_id, env)[1]
+    with cut_link(victim):
+        code, outcome, attempts = finish(proc)
+    assert code == 0, (outcome, attempts)
+    first, second = attempts[0], attempts[-1]
+    assert first["kind"] in ("communicator", "node_failure") and first["retryable"]
+    assert first["suspect_nodes"][0] == victim, first
+    assert victim not in second["nodes"] and second["kind"] is None
+    assert first["steps_lost"] <= CHECKPOINT_EVERY
+    assert outcome["facts"]["final_step"] == 60
+
+
+def test_a_node_that_dies_mid_job_is_excluded_and_the_run_finishes(tmp_path, env):
+    """Every process in the namespace of the node of rank 1 (its slurmd, slurmstepd and the
+    rank) is killed mid-training: what a node crash looks like to the rest of the cluster."""
+    import time
+
+    proc = start(tmp_path, env, "train.steps=60")
+    job_id = wait_for_step(tmp_path, 3)
+    victim = job_nodes(job_id, env)[1]
+    pids = subprocess.run(["ip", "netns", "pids", f"ffjobs-{victim}"], capture_output=True,
+                          text=True, check=True).stdout.split()  # fmt: skip
+    subprocess.run(["kill", "-9", *pids], check=False)
+    try:
+        code, outcome, attempts = finish(proc)
+    finally:  # bring the node back for the tests after this one
+        subprocess.run(["bash", str(REPO / "infra" / "local" / "up.sh")], capture_output=True,
+                       timeout=300)  # fmt: skip
+        time.sleep(1)
+    assert code == 0, (outcome, attempts)
+    first, second = attempts[0], attempts[-1]
+    assert first["kind"] in ("node_failure", "communicator") and first["retryable"]
+    assert victim in first["suspect_nodes"], first
+    assert victim not in second["nodes"] and second["kind"] is None
+    assert outcome["facts"]["final_step"] == 60
