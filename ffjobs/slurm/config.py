@@ -43,6 +43,10 @@ class SlurmConfig:
     retry_backoff_s: float = field(default=10.0, metadata={"ge": 0.0})
     """Wait before the first retry; doubles with each further one, up to ``retry_backoff_max_s``."""
     retry_backoff_max_s: float = field(default=300.0, metadata={"ge": 0.0})
+    restarts_in_allocation: int = field(default=0, metadata={"ge": 0})
+    """The fast path: restarts of the whole worker group on the same nodes, inside the job's
+    allocation, before the job fails and a new one is submitted (0: every failure is a new
+    job). One elastic agent per node then starts that node's ranks."""
     retry_oom: bool = False
     """Retry a job that ran out of memory (off: the same job runs out of memory again)."""
 

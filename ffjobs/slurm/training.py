@@ -15,6 +15,7 @@ the requeued job resumes from that checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -64,6 +65,83 @@ class TrainingTask(submitit.helpers.Checkpointable):
         return submitit.helpers.DelayedSubmission(TrainingTask(), job)
 
 
+class TrainingAgent(submitit.helpers.Checkpointable):
+    """The fast path: one task per node runs torch's elastic agent, which starts the node's
+    ranks and, when any rank of the job fails, restarts the whole worker group on the same
+    nodes (up to ``restarts`` times) before the job itself fails and the supervisor resubmits.
+    A restart keeps the allocation: no queueing, no new job; the ranks resume from the newest
+    verified checkpoint."""
+
+    def __init__(self, restarts: int, ranks_per_node: int):
+        self.restarts, self.ranks_per_node = restarts, ranks_per_node
+
+    def __call__(self, job: TrainJob) -> dict[str, Any]:
+        import json
+        import sys
+        from dataclasses import asdict
+
+        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+        from ffjobs.slurm.nodes import node_address
+
+        env = submitit.JobEnvironment()
+        folder = Path(env.paths.folder)
+        job_file, result_file = folder / f"{env.job_id}_job.json", folder / f"{env.job_id}.json"
+        if env.node == 0:
+            job_file.write_text(json.dumps(asdict(job), default=str))
+        while not job_file.exists():  # the shared folder shows node 0's write soon enough
+            time.sleep(0.1)
+        # restarted groups need a rendezvous store of their own (pytorch/pytorch#135712)
+        os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+        master = node_address(env.hostnames[0])
+        port = 20000 + int(re.sub(r"\D", "", env.job_id)[-6:] or 0) % 20000 + 1
+        config = LaunchConfig(
+            min_nodes=env.num_nodes,
+            max_nodes=env.num_nodes,
+            nproc_per_node=self.ranks_per_node,
+            run_id=f"ffjobs-{env.job_id}",
+            rdzv_backend="c10d",
+            rdzv_endpoint=f"{master}:{port}",
+            rdzv_configs={"is_host": env.node == 0},
+            max_restarts=self.restarts,
+            monitor_interval=0.2,
+            local_addr=node_address(env.hostnames[env.node]),
+        )
+        requeue = signal.getsignal(signal.SIGUSR2)
+        stop = _ForwardStop()
+        signal.signal(signal.SIGUSR2, stop.forward)
+        argv = ["-m", "ffjobs.train.worker", str(job_file), "--result", str(result_file)]
+        elastic_launch(config, sys.executable)(*argv)
+        if stop.asked and env.node == 0 and callable(requeue):
+            requeue(signal.SIGUSR2, None)  # every rank checkpointed: submitit requeues the job
+        return json.loads(result_file.read_text()) if result_file.exists() else {}
+
+    def checkpoint(self, job: TrainJob) -> submitit.helpers.DelayedSubmission:
+        return submitit.helpers.DelayedSubmission(
+            TrainingAgent(self.restarts, self.ranks_per_node), job
+        )
+
+
+class _ForwardStop:
+    """USR2 reaches the agent; the ranks it started are the ones that must checkpoint."""
+
+    def __init__(self) -> None:
+        self.asked = False
+
+    def forward(self, signum: int, _frame: object) -> None:
+        self.asked = True
+        for pid in _children(os.getpid()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        found += [int(p) for p in task.read_text().split()]
+    return found
+
+
 @dataclass
 class SlurmAttempts:
     """Attempt backend for :func:`ffjobs.slurm.supervisor.supervise` on a SLURM cluster."""
@@ -93,15 +171,22 @@ class SlurmAttempts:
         """
         from ffjobs.slurm.executor import make_executor
 
+        slurm = self.config.slurm
         executor = make_executor(self.config, run_id=self.run_key, attempt=number)
-        excluded = sorted({*self.config.slurm.exclude, *exclude})
+        excluded = sorted({*slurm.exclude, *exclude})
         executor.update_parameters(
             name=self.run_key,
             slurm_comment=f"ffjobs run {self.run_key} attempt {number}",
             **({"slurm_exclude": ",".join(excluded)} if excluded else {}),
         )
+        task: TrainingTask | TrainingAgent = TrainingTask()
+        if slurm.restarts_in_allocation:  # one agent per node holds the node's ranks
+            executor.update_parameters(
+                tasks_per_node=1, cpus_per_task=slurm.cpus_per_task * slurm.tasks_per_node
+            )
+            task = TrainingAgent(slurm.restarts_in_allocation, slurm.tasks_per_node)
         try:
-            submitted = executor.submit(TrainingTask(), self.job)
+            submitted = executor.submit(task, self.job)
         except Exception as exc:  # sbatch said no
             raise SubmissionRejected(str(exc).strip().splitlines()[-1]) from None
         job_id = str(submitted.job_id)
@@ -158,16 +243,17 @@ class SlurmAttempts:
         from ffjobs.train.checkpoint import Checkpointer
 
         slurm = self.config.slurm
-        ranks = []
-        for rank in range(slurm.nodes * slurm.tasks_per_node):
-            node_index = rank // slurm.tasks_per_node  # SLURM's block distribution
+        per_node = 1 if slurm.restarts_in_allocation else slurm.tasks_per_node
+        ranks = []  # one log per task: a rank, or a node's agent and its ranks (fast path)
+        for task in range(slurm.nodes * per_node):
+            node_index = task // per_node  # SLURM's block distribution
             node = status.nodes[node_index] if node_index < len(status.nodes) else None
-            paths = JobPaths(folder, job_id=job_id, task_id=rank)
+            paths = JobPaths(folder, job_id=job_id, task_id=task)
             text = _read(paths.stderr) + _read(paths.stdout)
-            ranks.append(RankLog(rank=rank, node=node, text=text, exit_code=status.exit_code))
-        rank0 = ranks[0].text if ranks else ""
-        steps = [int(s) for s in _PROGRESS.findall(rank0)]
-        resumed = [int(s) for s in _RESUMED.findall(rank0)]
+            ranks.append(RankLog(rank=task, node=node, text=text, exit_code=status.exit_code))
+        logs = "".join(r.text for r in ranks)  # only rank 0 prints progress, wherever it ran
+        steps = [int(s) for s in _PROGRESS.findall(logs)]
+        resumed = [int(s) for s in _RESUMED.findall(logs)]
         ref = Checkpointer(self.job.checkpoint_dir).latest_verified()
         return AttemptResult(
             job_id=job_id,
@@ -175,7 +261,7 @@ class SlurmAttempts:
             state=status.state,
             exit_code=status.exit_code,
             ranks=ranks,
-            start_step=resumed[-1] if resumed else 0,
+            start_step=resumed[0] if resumed else 0,
             final_step=steps[-1] if steps else None,
             checkpoint_step=ref.step if ref else None,
             started_at=started,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from dataclasses import asdict
@@ -105,9 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     job = TrainJob(**json.loads(args.job.read_text()))
     result = run_rank(job)
-    if args.result is not None and result:
+    if args.result is not None and result and os.environ.get("RANK", "0") == "0":
         args.result.write_text(json.dumps(result, default=str))
-    return STOPPED_ON_REQUEST if result.get("stopped_early") else int(ExitCode.OK)
+    # under an elastic agent a stop is a clean end, or the agent would restart the group
+    under_agent = "TORCHELASTIC_RUN_ID" in os.environ
+    if result.get("stopped_early") and not under_agent:
+        return STOPPED_ON_REQUEST
+    return int(ExitCode.OK)
 
 
 if __name__ == "__main__":

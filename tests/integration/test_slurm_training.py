@@ -107,6 +107,18 @@ def test_killed_rank_is_retried_without_its_node_and_finishes_bitwise(tmp_path, 
     assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight_run(tmp_path))
 
 
+def test_fast_path_restarts_the_worker_group_inside_the_allocation(tmp_path, env):
+    code, outcome, attempts = submit(
+        tmp_path, env, "slurm.restarts_in_allocation=1",
+        "train.faults.kill_rank=1", "train.faults.kill_at_step=5",
+    )  # fmt: skip
+    assert code == 0, (outcome, attempts)
+    (only,) = attempts  # recovered inside the first job: no resubmission
+    assert only["kind"] is None and only["start_step"] == 0
+    key = outcome["run_key"]
+    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight_run(tmp_path))
+
+
 def test_hung_rank_is_caught_by_the_collective_timeout_and_retried_bitwise(tmp_path, env):
     code, outcome, attempts = submit(
         tmp_path, env, "train.faults.hang_rank=1", "train.faults.hang_at_step=5",
