@@ -20,3 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from ffjobs.bench import validate
 
     validate.register(actions)
+
+    from ffjobs.bench import recovery
+
+    recovery.register(actions)

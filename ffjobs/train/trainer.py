@@ -233,8 +233,9 @@ class Trainer:
         result = TrainResult(start_step=start, final_step=start)
         self.stop.install()
         self.logger.set_tags({"ffjobs.resumed_from_step": str(start)} if start else {})
-        for _ in self.run_steps(self.tc.steps - start, result):
-            pass
+        for step in self.run_steps(self.tc.steps - start, result):
+            if step == start + 1:  # what a start or a recovery cost, for ffjobs bench recovery
+                print0(f"first step {step} done at {time.time():.3f} (started from step {start})")
         return result
 
     def run_steps(self, count: int, result: TrainResult | None = None) -> Iterator[int]:
