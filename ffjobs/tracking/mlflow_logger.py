@@ -11,6 +11,7 @@ logger warns once, naming the cause, then stops trying.
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Mapping
@@ -41,6 +42,9 @@ def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _client(tracking: TrackingConfig):
+    # MLflow prints "View run ... at: <url>" on stdout when a run on a server ends; stdout is
+    # the --json document's, and ffjobs prints the run's link itself
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     from mlflow.tracking import MlflowClient
 
     _ensure_sqlite_parent(tracking.tracking_uri)
