@@ -34,7 +34,7 @@ from ffjobs.slurm.supervisor import AttemptResult
 from ffjobs.train.job import TrainJob
 
 _PROGRESS = re.compile(r"^step (\d+)/\d+ ", re.MULTILINE)
-_RESUMED = re.compile(r"resumed from \S+ at step (\d+)")
+_FIRST_STEP = re.compile(r"first step \d+ done at ([\d.]+) \(started from step (\d+)\)")
 
 
 class SubmissionRejected(RuntimeError):
@@ -253,7 +253,9 @@ class SlurmAttempts:
             ranks.append(RankLog(rank=task, node=node, text=text, exit_code=status.exit_code))
         logs = "".join(r.text for r in ranks)  # only rank 0 prints progress, wherever it ran
         steps = [int(s) for s in _PROGRESS.findall(logs)]
-        resumed = [int(s) for s in _RESUMED.findall(logs)]
+        # (when, from which step) of every start of the ranks: the first is where this attempt
+        # began, later ones are restarts inside the allocation (the fast path)
+        starts = sorted((float(t), int(s)) for t, s in _FIRST_STEP.findall(logs))
         ref = Checkpointer(self.job.checkpoint_dir).latest_verified()
         return AttemptResult(
             job_id=job_id,
@@ -261,7 +263,8 @@ class SlurmAttempts:
             state=status.state,
             exit_code=status.exit_code,
             ranks=ranks,
-            start_step=resumed[0] if resumed else 0,
+            start_step=starts[0][1] if starts else None,
+            first_step_at=starts[0][0] if starts else None,
             final_step=steps[-1] if steps else None,
             checkpoint_step=ref.step if ref else None,
             started_at=started,
