@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import submitit
-
 from ffjobs.slurm.failures import Failure, RankLog, classify_failure
 from ffjobs.slurm.jobstate import JobState, JobStatus, poll_jobs
 from ffjobs.slurm.supervisor import AttemptResult
@@ -41,10 +39,17 @@ class SubmissionRejected(RuntimeError):
     """sbatch refused the job (bad partition, account, resources)."""
 
 
-class TrainingTask(submitit.helpers.Checkpointable):
-    """What each SLURM task of a training job runs: one rank of the :class:`TrainJob`."""
+class TrainingTask:
+    """What each SLURM task of a training job runs: one rank of the :class:`TrainJob`.
+
+    Its ``checkpoint`` method is what makes submitit requeue it on USR2 (what
+    ``submitit.helpers.Checkpointable`` adds); submitit is imported only inside a job, so the
+    package stays importable without it.
+    """
 
     def __call__(self, job: TrainJob) -> dict[str, Any]:
+        import submitit
+
         from ffjobs.slurm.nodes import node_address
         from ffjobs.train.worker import run_rank
 
@@ -60,12 +65,14 @@ class TrainingTask(submitit.helpers.Checkpointable):
             requeue(signal.SIGUSR2, None)  # submitit: checkpoint() below, requeue, exit
         return result
 
-    def checkpoint(self, job: TrainJob) -> submitit.helpers.DelayedSubmission:
+    def checkpoint(self, job: TrainJob) -> Any:
         """Requeue the same task: the trainer resumes from the newest verified checkpoint."""
-        return submitit.helpers.DelayedSubmission(TrainingTask(), job)
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(TrainingTask(), job)
 
 
-class TrainingAgent(submitit.helpers.Checkpointable):
+class TrainingAgent:
     """The fast path: one task per node runs torch's elastic agent, which starts the node's
     ranks and, when any rank of the job fails, restarts the whole worker group on the same
     nodes (up to ``restarts`` times) before the job itself fails and the supervisor resubmits.
@@ -80,6 +87,7 @@ class TrainingAgent(submitit.helpers.Checkpointable):
         import sys
         from dataclasses import asdict
 
+        import submitit
         from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
         from ffjobs.slurm.nodes import node_address
@@ -116,10 +124,10 @@ class TrainingAgent(submitit.helpers.Checkpointable):
             requeue(signal.SIGUSR2, None)  # every rank checkpointed: submitit requeues the job
         return json.loads(result_file.read_text()) if result_file.exists() else {}
 
-    def checkpoint(self, job: TrainJob) -> submitit.helpers.DelayedSubmission:
-        return submitit.helpers.DelayedSubmission(
-            TrainingAgent(self.restarts, self.ranks_per_node), job
-        )
+    def checkpoint(self, job: TrainJob) -> Any:
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(TrainingAgent(self.restarts, self.ranks_per_node), job)
 
 
 class _ForwardStop:
