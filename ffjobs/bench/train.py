@@ -9,7 +9,18 @@ One call runs a short training (warm-up steps, then timed steps) on N local rank
 * the step split: data wait, compute, exposed communication (see :mod:`ffjobs.train.metrics`);
 * with more than one rank, a cross-check of exposed communication: the same steps again with
   gradient all-reduce skipped (``no_sync``); the difference in step time is what communication
-  costs the critical path.
+  costs the critical path;
+* time to the first step (``first_step_s``: trainer construction to the first finished step,
+  compilation included) and what the compile cache in the checkpoint folder gave;
+* checkpoint cost: one synchronous and one asynchronous save of the real training state, the
+  steps run while the asynchronous write is in flight, and the share of training time blocked
+  at the preset's ``train.checkpoint_every``;
+* with ``--baseline plain``, the same measurement of the plain path (fp32, contiguous, eager,
+  unfused Adam, synchronous checkpoints) in the same call, under ``baseline``, and a last line
+  of ratios.
+
+Each launch gets an empty local compiler cache, so a compiled run is warm only through the
+compile cache in its ``--checkpoint-dir`` (what a restarted job on a fresh node finds).
 
 Data: ``memory`` (default) feeds random tensors so image decoding is excluded; ``dataset``
 reads the configured (synthetic) dataset through the real loader.
@@ -18,10 +29,14 @@ reads the configured (synthetic) dataset through the real loader.
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
+import os
 import platform
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ffjobs.cli import add_config_arguments, add_json_argument, config_from_args, print_json
@@ -61,10 +76,56 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int) -> dict:
+    """Blocked time of a synchronous and an asynchronous save, and the steps beside the write.
+
+    The blocked share of training at ``interval`` counts the asynchronous save's blocked time
+    plus what the steps run during its background write lost against the timed steps.
+    """
+    from ffjobs.train.checkpoint import data_name
+
+    ckpt, step = trainer.checkpointer, trainer.step
+    step_time = trainer.meter.window().step_time_s
+    trainer.checkpointer.save(trainer.step, trainer.state_dict(), trainer.rank_state())
+    sync = ckpt.timings[-1] if ckpt.timings else None
+    trainer.checkpointer.save(
+        trainer.step, trainer.state_dict(), trainer.rank_state(), asynchronous=True
+    )
+    background = ckpt.timings[-1] if ckpt.timings else None
+    list(trainer.run_steps(steps_during_write))
+    during = trainer.meter.window().step_time_s
+    ckpt.wait()
+    if sync is None or background is None:  # ranks other than 0 write nothing
+        return {}
+    lost = background.blocked_s + max(during - step_time, 0.0) * steps_during_write
+    chosen = lost if trainer.tc.async_checkpoint else sync.blocked_s
+    return {
+        "checkpoint_sync_blocked_s": sync.blocked_s,
+        "checkpoint_async_blocked_s": background.blocked_s,
+        "checkpoint_async_write_s": background.write_s,
+        "step_time_during_write_s": during,
+        "checkpoint_async_lost_s": lost,
+        "checkpoint_bytes": ckpt.store.size(data_name(step)),
+        "checkpoint_interval": interval,
+        "checkpoint_async": trainer.tc.async_checkpoint,
+        "checkpoint_blocked_s": chosen,
+        "checkpoint_blocked_fraction": chosen / (interval * step_time + chosen),
+    }
+
+
 def bench_rank(
-    trainer: Any, warmup: int = 5, steps: int = 20, measure_peak: bool = True, comm_ab: bool = True
+    trainer: Any,
+    warmup: int = 5,
+    steps: int = 20,
+    measure_peak: bool = True,
+    comm_ab: bool = True,
+    checkpoint_interval: int | None = None,
 ) -> dict[str, Any]:
-    """Run on every rank inside a worker; returns the report (complete on rank 0)."""
+    """Run on every rank inside a worker; returns the report (complete on rank 0).
+
+    ``checkpoint_interval``: the preset's ``train.checkpoint_every``, to measure checkpoint
+    cost against (``None``: not measured).
+    """
     import torch
 
     from ffjobs.train.checkpoint import gather_to_rank0
@@ -97,6 +158,16 @@ def bench_rank(
         report["exposed_comm_fraction_ab"] = (
             max(synced.step_time_s - unsynced.step_time_s, 0.0) / synced.step_time_s
         )
+    if checkpoint_interval is not None:
+        list(trainer.run_steps(steps))  # the reference step time right before the saves
+        report.update(measure_checkpoint_cost(trainer, checkpoint_interval, max(steps // 2, 1)))
+    cache = trainer.compile_cache
+    report.update(
+        first_step_s=trainer.first_step_s,
+        compile_cache_loaded_entries=cache.loaded_entries,
+        compile_cache_saved_entries=cache.saved_entries,
+        compile_cache_bytes=cache.loaded_bytes or cache.saved_bytes,
+    )
     tc, mc = trainer.tc, trainer.config.model
     report.update(
         world_size=world,
@@ -110,6 +181,7 @@ def bench_rank(
         precision=tc.precision,
         channels_last=tc.channels_last,
         compile=tc.compile,
+        fused_adam=tc.fused_adam,
         flops_per_image=trainer.flops_per_image,
         configured_peak_flops=tc.peak_flops,
         warmup_steps=warmup,
@@ -142,6 +214,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--no-comm-ab", action="store_true", help="skip the re-run without all-reduce"
     )
+    parser.add_argument(
+        "--no-checkpoint", action="store_true", help="skip the checkpoint cost measurement"
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        metavar="DIR",
+        help="checkpoint folder (and compile cache) to use; the same DIR again compiles warm "
+        "(default: a new temporary folder, removed afterwards)",
+    )
+    parser.add_argument(
+        "--baseline",
+        choices=("none", "plain"),
+        default="none",
+        help="plain: also measure fp32, contiguous, eager, unfused Adam, sync checkpoints",
+    )
     parser.set_defaults(handler=_bench_train)
 
 
@@ -149,7 +237,7 @@ def _bench_train(args: argparse.Namespace) -> int:
     import torch
 
     from ffjobs.errors import UserError
-    from ffjobs.train.launch import LaunchFailed, launch_local
+    from ffjobs.train.launch import LaunchFailed
 
     if args.nproc < 1 or args.steps < 1 or args.warmup < 0:
         raise UserError("--nproc and --steps must be >= 1, --warmup >= 0")
@@ -158,6 +246,7 @@ def _bench_train(args: argparse.Namespace) -> int:
     if torch.cuda.is_available() and args.nproc > torch.cuda.device_count():
         raise UserError(f"--nproc {args.nproc}: only {torch.cuda.device_count()} GPU(s) visible")
     config = config_from_args(args)
+    interval = config.train.checkpoint_every  # checkpoint cost is measured against it
     # a benchmark neither resumes, checkpoints nor tracks: it must measure the same work each time
     config.train.resume = False
     config.train.checkpoint_every = 10**9
@@ -174,15 +263,20 @@ def _bench_train(args: argparse.Namespace) -> int:
         "steps": args.steps,
         "measure_peak": not args.no_peak,
         "comm_ab": not args.no_comm_ab,
+        "checkpoint_interval": None if args.no_checkpoint else interval,
     }
     started = datetime.datetime.now(datetime.UTC)
-    try:
-        report = launch_local(
-            config, args.nproc, mode="bench", data=args.data, bench=bench, quiet_stdout=True
-        )
-    except LaunchFailed as exc:
-        print(f"ffjobs: bench train failed: {exc}", file=sys.stderr)
-        return ExitCode.FAILED
+    with tempfile.TemporaryDirectory(prefix="ffjobs-bench-") as scratch:
+        config.train.checkpoint_dir = args.checkpoint_dir or str(Path(scratch) / "checkpoints")
+        try:
+            report = _launch(config, args, bench, Path(scratch) / "compiler-cache")
+            if args.baseline == "plain":
+                plain = plain_path(config, str(Path(scratch) / "plain-checkpoints"))
+                report["baseline"] = _launch(plain, args, bench, Path(scratch) / "plain-cache")
+                report["baseline"]["name"] = "plain"
+        except LaunchFailed as exc:
+            print(f"ffjobs: bench train failed: {exc}", file=sys.stderr)
+            return ExitCode.FAILED
     report.update(
         preset=args.config,
         overrides=args.overrides,
@@ -191,11 +285,58 @@ def _bench_train(args: argparse.Namespace) -> int:
         host=platform.node(),
         command="ffjobs bench train " + " ".join(sys.argv[3:]),
     )
+    report["summary"] = ratio_summary(report)
     if args.json:
         print_json(report)
+        print(report["summary"], file=sys.stderr)  # stdout stays one JSON document
     else:
         _print_human(report)
+        if "baseline" in report:
+            print("baseline (plain):")
+            _print_human(report["baseline"])
+        print(report["summary"])
     return ExitCode.OK
+
+
+def _launch(config: Any, args: argparse.Namespace, bench: dict, compiler_cache: Path) -> dict:
+    """One benchmark launch, its compiler's local caches in ``compiler_cache`` (new, empty)."""
+    from ffjobs.train.launch import launch_local
+
+    # the ranks inherit these: warm only through the compile cache in the checkpoint folder
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compiler_cache / "inductor")
+    os.environ["TRITON_CACHE_DIR"] = str(compiler_cache / "triton")
+    return launch_local(
+        config, args.nproc, mode="bench", data=args.data, bench=bench, quiet_stdout=True
+    )
+
+
+def plain_path(config: Any, checkpoint_dir: str) -> Any:
+    """``config`` on the plain path: fp32, contiguous, eager, unfused Adam, sync checkpoints."""
+    plain = copy.deepcopy(config)
+    tc = plain.train
+    tc.precision, tc.channels_last, tc.compile = "fp32", False, False
+    tc.fused_adam, tc.async_checkpoint = False, False
+    tc.checkpoint_dir = checkpoint_dir
+    return plain
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def ratio_summary(r: dict[str, Any]) -> str:
+    """The one-line summary printed last: ratios against the baseline and the goals' figures."""
+    parts = []
+    base = r.get("baseline")
+    if base and base.get("images_per_s"):
+        parts.append(f"preset/plain {r['images_per_s'] / base['images_per_s']:.2f}x img/s")
+    parts.append(f"MFU {_percent(r.get('mfu_vs_measured_peak'))} of measured peak")
+    parts.append(f"data wait {_percent(r.get('data_wait_fraction'))}")
+    parts.append(f"checkpoint blocked {_percent(r.get('checkpoint_blocked_fraction'))}")
+    if r.get("first_step_s") is not None:
+        warm = " (warm)" if r.get("compile_cache_loaded_entries") else ""
+        parts.append(f"first step {r['first_step_s']:.1f} s{warm}")
+    return "ratio: " + "; ".join(parts)
 
 
 def _print_human(r: dict[str, Any]) -> None:

@@ -12,6 +12,12 @@ checkpoint whose file is missing, truncated or altered fails verification, and
 RNG states are per rank: every rank's states are gathered to rank 0 (``all_gather_object``)
 and written into the one file, so a restart with the same world size continues each rank's
 random stream exactly.
+
+Asynchronous save (``asynchronous=True``): training is blocked only while the state is copied
+to host memory; serialising, hashing and writing run on a background thread. The next save,
+:meth:`Checkpointer.wait` and :meth:`Checkpointer.latest_verified` wait for the write in
+flight. A crash during the write leaves at most a hidden temporary file and no manifest, so the
+previous verified checkpoint stays the latest one.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ import io
 import json
 import random
 import re
+import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +117,33 @@ def gather_to_rank0(obj: Any) -> list[Any]:
     return gathered
 
 
+def to_host(obj: Any) -> Any:
+    """A copy of ``obj`` whose tensors live in (unshared) CPU memory, containers rebuilt.
+
+    Training goes on updating its tensors in place after this returns; the copy does not move.
+    """
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {key: to_host(value) for key, value in obj.items()}
+    if isinstance(obj, list):
+        return [to_host(value) for value in obj]
+    if isinstance(obj, tuple):
+        return tuple(to_host(value) for value in obj)
+    return obj
+
+
+@dataclass
+class SaveTiming:
+    """Where the time of one save went, in seconds."""
+
+    step: int
+    blocked_s: float
+    """Training blocked: barrier, RNG gather, host snapshot, waiting for the previous write."""
+    write_s: float | None = None
+    """Serialise, hash, write and prune (on the writer thread when asynchronous)."""
+
+
 # --------------------------------------------------------------------------- the checkpointer
 
 
@@ -124,36 +159,102 @@ class Checkpointer:
     ):
         self.store = store if store is not None else open_store(location, s3=s3)
         self.keep = keep
+        self._writer: threading.Thread | None = None
+        self._write_error: BaseException | None = None
+        self.timings: list[SaveTiming] = []
 
     @property
     def location(self) -> str:
         return self.store.location
 
-    def save(self, step: int, state: dict[str, Any], rank_state: dict[str, Any]) -> str | None:
+    def save(
+        self,
+        step: int,
+        state: dict[str, Any],
+        rank_state: dict[str, Any],
+        *,
+        asynchronous: bool = False,
+        on_written: Callable[[str], None] | None = None,
+    ) -> str | None:
         """Collective: all ranks call it; rank 0 writes ``state`` plus every rank's ``rank_state``.
 
-        Returns the written file's location on rank 0, ``None`` elsewhere.
+        Returns the data file's location on rank 0, ``None`` elsewhere. ``asynchronous``: return
+        once the state is copied to host memory and write it on a background thread; the file
+        is verified only once its manifest is written (``on_written(name)`` is called then, on
+        rank 0, on the writing thread). A failed background write raises at the next save or
+        :meth:`wait`.
         """
+        started = time.perf_counter()
         barrier()  # every rank has finished this step before the state is taken
         rank_states = gather_to_rank0(rank_state)
         if get_rank() != 0:
             return None
+        self.wait()  # one write in flight at most: its memory and its order on disk
+        payload = {**state, "step": step, "rank_states": rank_states}
+        timing = SaveTiming(step=step, blocked_s=0.0)
+        self.timings.append(timing)
+        if not asynchronous:
+            self._write(step, payload, timing, on_written)
+            timing.blocked_s = time.perf_counter() - started
+            return self.store.describe(data_name(step))
+        snapshot = to_host(payload)
+        self._writer = threading.Thread(
+            target=self._write_in_background,
+            args=(step, snapshot, timing, on_written),
+            name=f"checkpoint-writer-{step}",
+        )  # not a daemon: an interpreter that exits normally still finishes the write
+        self._writer.start()
+        timing.blocked_s = time.perf_counter() - started
+        return self.store.describe(data_name(step))
+
+    def wait(self) -> None:
+        """Block until the background write in flight (if any) is complete; re-raise its error."""
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        if self._write_error is not None:
+            error, self._write_error = self._write_error, None
+            raise RuntimeError(f"background checkpoint write failed: {error}") from error
+
+    def _write_in_background(
+        self,
+        step: int,
+        payload: dict[str, Any],
+        timing: SaveTiming,
+        on_written: Callable[[str], None] | None,
+    ) -> None:
+        try:
+            self._write(step, payload, timing, on_written)
+        except BaseException as exc:  # handed to the training thread at its next save or wait
+            self._write_error = exc
+
+    def _write(
+        self,
+        step: int,
+        payload: dict[str, Any],
+        timing: SaveTiming,
+        on_written: Callable[[str], None] | None,
+    ) -> None:
+        """Serialise, write the data file, then its manifest (only now is it verified), prune."""
+        started = time.perf_counter()
         buffer = io.BytesIO()
-        torch.save({**state, "step": step, "rank_states": rank_states}, buffer)
-        payload = buffer.getvalue()
+        torch.save(payload, buffer)
+        data = buffer.getvalue()
         name = data_name(step)
-        self.store.write(name, payload)
+        self.store.write(name, data)
         manifest = {
             "step": step,
             "file": name,
-            "size": len(payload),
-            "sha256": hashlib.sha256(payload).hexdigest(),
-            "world_size": len(rank_states),
+            "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "world_size": len(payload["rank_states"]),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         self.store.write(manifest_name(step), json.dumps(manifest, indent=1).encode())
         self.prune()
-        return self.store.describe(name)
+        timing.write_s = time.perf_counter() - started
+        if on_written is not None:
+            on_written(name)
 
     def steps(self) -> list[int]:
         """Steps that have a manifest, newest first."""
@@ -185,6 +286,7 @@ class Checkpointer:
 
     def latest_verified(self) -> CheckpointRef | None:
         """The newest checkpoint that passes verification; skipped ones are warned about by name."""
+        self.wait()  # a write of ours in flight is the newest checkpoint once it is complete
         for step in self.steps():
             ok, reason, data = self.verify(step)
             if ok:

@@ -81,6 +81,9 @@ class TrainConfig:
     channels_last: bool = False
     compile: bool = False
     """Wrap generator and discriminator in ``torch.compile``."""
+    compile_cache: bool = True
+    """With ``compile``: keep the compiler's caches as a blob beside the checkpoints
+    (``compile-cache.bin``), so a restarted job of the run compiles warm."""
     fused_adam: bool = True
     """Use the fused Adam kernel on CUDA (ignored on CPU)."""
     bucket_cap_mb: float = field(default=25.0, metadata={"gt": 0.0})
@@ -94,6 +97,10 @@ class TrainConfig:
     """Show a progress line on rank 0's console."""
     checkpoint_every: int = field(default=50, metadata={"ge": 1})
     keep_checkpoints: int = field(default=3, metadata={"ge": 1})
+    async_checkpoint: bool = False
+    """Copy the state to host memory, then write it on a background thread while training goes
+    on. Off by default: a CPU run's snapshot costs about what its write does, and drills and
+    tests want a checkpoint durable when the save returns; the GPU preset turns it on."""
     checkpoint_dir: str = "runs/checkpoints"
     """Local shared directory or ``s3://bucket/prefix``."""
     resume: bool = True

@@ -40,13 +40,13 @@ from ffjobs.errors import UserError
 from ffjobs.models import FusionModels, build
 from ffjobs.models.losses import discriminator_loss, generator_loss
 from ffjobs.tracking.mlflow_logger import RunLogger
-from ffjobs.train import ddp
+from ffjobs.train import compile_cache, ddp
 from ffjobs.train.checkpoint import Checkpointer, capture_rng_state, restore_rng_state
 from ffjobs.train.data import BatchStream
 from ffjobs.train.distributed import DistEnv, print0
 from ffjobs.train.ema import GeneratorEMA
 from ffjobs.train.faults import FaultInjector
-from ffjobs.train.metrics import CommTimer, ThroughputMeter, format_progress
+from ffjobs.train.metrics import CommTimer, ThroughputMeter, format_progress, synchronize
 from ffjobs.train.network import Network, build_network
 from ffjobs.train.prefetch import DevicePrefetcher
 from ffjobs.train.runtime import configure_backends, seed_everything
@@ -81,6 +81,7 @@ class Trainer:
         logger: RunLogger | None = None,
         flops_per_image: float | None = None,
     ):
+        self.created = time.perf_counter()  # time to the first step counts from here
         self.config, self.env, self.device = config, env, device
         tc = self.tc = config.train
         self.world_size = env.world_size
@@ -104,6 +105,10 @@ class Trainer:
         )
         # drills record having fired next to the checkpoints, so a restarted job is not hit again
         self.faults = FaultInjector(tc.faults, env.rank, self.checkpointer.store)
+        self.compile_cache = compile_cache.CacheReport()
+        if tc.compile and tc.compile_cache:
+            compile_cache.load(self.checkpointer.store, self.compile_cache)
+        self.first_step_s: float | None = None
         self.comm = CommTimer(device)
         self.generator = self._network("generator", generator, tc.lr)
         self.discriminator = self._network("discriminator", discriminator, tc.lr_discriminator)
@@ -233,9 +238,11 @@ class Trainer:
         result = TrainResult(start_step=start, final_step=start)
         self.stop.install()
         self.logger.set_tags({"ffjobs.resumed_from_step": str(start)} if start else {})
-        for step in self.run_steps(self.tc.steps - start, result):
-            if step == start + 1:  # what a start or a recovery cost, for ffjobs bench recovery
-                print0(f"first step {step} done at {time.time():.3f} (started from step {start})")
+        try:
+            for _ in self.run_steps(self.tc.steps - start, result):
+                pass
+        finally:
+            self.checkpointer.wait()  # the last checkpoint is complete before the job ends
         return result
 
     def run_steps(self, count: int, result: TrainResult | None = None) -> Iterator[int]:
@@ -253,6 +260,8 @@ class Trainer:
             losses = self.train_step(micro_batches)
             self.step = step
             self.meter.step_done(global_batch)
+            if self.first_step_s is None:
+                self._first_step_done(step)
             for name in LOSS_NAMES:
                 window_losses[name] += losses[name]
             window_steps += 1
@@ -309,15 +318,42 @@ class Trainer:
         return {"rng": capture_rng_state(), "data": self.data.state_dict()}
 
     def save(self) -> str | None:
-        """Collective checkpoint of the current step; returns its location on rank 0."""
-        started = time.perf_counter()
-        location = self.checkpointer.save(self.step, self.state_dict(), self.rank_state())
+        """Collective checkpoint of the current step; returns its location on rank 0.
+
+        With ``train.async_checkpoint`` the file is written in the background and verified
+        once its manifest is; ``checkpoint_blocked_s`` is what training waited either way.
+        """
+        store = self.checkpointer.store
+        location = self.checkpointer.save(
+            self.step,
+            self.state_dict(),
+            self.rank_state(),
+            asynchronous=self.tc.async_checkpoint,
+            on_written=lambda name: self.faults.after_checkpoint(store, name),
+        )
         if location is not None:
-            self.faults.after_checkpoint(self.checkpointer.store, location.rsplit("/", 1)[-1])
-            print0(
-                f"checkpoint step {self.step} -> {location} ({time.perf_counter() - started:.1f} s)"
-            )
+            blocked = self.checkpointer.timings[-1].blocked_s
+            mode = "writing in the background" if self.tc.async_checkpoint else "written"
+            print0(f"checkpoint step {self.step} -> {location} ({mode}; blocked {blocked:.2f} s)")
+            self.logger.log_metrics({"checkpoint_blocked_s": blocked}, self.step)
         return location
+
+    def _first_step_done(self, step: int) -> None:
+        """Report time to the first step (compilation included); publish the compile cache."""
+        synchronize(self.device)
+        self.first_step_s = time.perf_counter() - self.created
+        if self.env.rank == 0:
+            if self.tc.compile and self.tc.compile_cache:
+                with self.meter.excluded():
+                    compile_cache.save(self.checkpointer.store, self.compile_cache)
+            cache = self.compile_cache
+            # the wall-clock time is what ffjobs bench recovery reads a recovery's end from
+            print0(
+                f"first step {step} done at {time.time():.3f} (started from step {step - 1}), "
+                f"{self.first_step_s:.1f} s after start (compile cache: "
+                f"{cache.loaded_entries} entries loaded, {cache.saved_entries} saved)"
+            )
+            self.logger.log_metrics({"first_step_s": self.first_step_s}, step)
 
     def resume(self) -> int:
         """Load the newest verified checkpoint if there is one; return the step it is at."""
