@@ -59,19 +59,20 @@ def submit(tmp_path: Path, env: dict[str, str], *overrides: str) -> tuple[int, d
     return result.returncode, outcome, attempts
 
 
-def straight_run(tmp_path: Path) -> dict:
+def straight_run(tmp_path: Path, *overrides: str) -> dict:
     """The same training without faults, as local ranks: the reference weights."""
     from ffjobs.config import load_config
     from ffjobs.train.launch import launch_local
 
-    config = load_config("minicluster", [*TRAIN, "slurm.executor=local", "slurm.nodes=1"])
+    sets = [*TRAIN, *overrides, "slurm.executor=local", "slurm.nodes=1"]
+    config = load_config("minicluster", sets)
     launch_local(config, 2, data="memory", checkpoint_dir=str(tmp_path / "straight"),
                  quiet_stdout=True)  # fmt: skip
     return final_weights(tmp_path / "straight")
 
 
-def assert_bitwise_equal(ours: dict, reference: dict) -> None:
-    assert ours["step"] == reference["step"] == STEPS
+def assert_bitwise_equal(ours: dict, reference: dict, steps: int = STEPS) -> None:
+    assert ours["step"] == reference["step"] == steps
     for net in ("generator", "discriminator", "ema"):
         for name, tensor in reference[net].items():
             assert torch.equal(ours[net][name], tensor), f"{net}.{name} differs"
@@ -222,6 +223,9 @@ def test_preemption_signal_checkpoints_and_requeues_through_submitit(tmp_path, e
     rank0 += (folder / f"{job_id}_0_log.out").read_text()
     assert "will checkpoint and stop" in rank0 and "resumed from" in rank0
     assert outcome["facts"]["final_step"] == 200
+    more = ("train.steps=200", "train.checkpoint_every=50")
+    ours = final_weights(tmp_path / "ckpt" / outcome["run_key"])
+    assert_bitwise_equal(ours, straight_run(tmp_path, *more), steps=200)
 
 
 def test_cut_link_names_the_node_and_the_retry_runs_without_it(tmp_path, env):
@@ -239,7 +243,8 @@ def test_cut_link_names_the_node_and_the_retry_runs_without_it(tmp_path, env):
     assert first["suspect_nodes"][0] == victim, first
     assert victim not in second["nodes"] and second["kind"] is None
     assert first["steps_lost"] <= CHECKPOINT_EVERY
-    assert outcome["facts"]["final_step"] == 60
+    ours = final_weights(tmp_path / "ckpt" / outcome["run_key"])
+    assert_bitwise_equal(ours, straight_run(tmp_path, "train.steps=60"), steps=60)
 
 
 def test_a_node_that_dies_mid_job_is_excluded_and_the_run_finishes(tmp_path, env):
@@ -264,4 +269,36 @@ def test_a_node_that_dies_mid_job_is_excluded_and_the_run_finishes(tmp_path, env
     assert first["kind"] in ("node_failure", "communicator") and first["retryable"]
     assert victim in first["suspect_nodes"], first
     assert victim not in second["nodes"] and second["kind"] is None
-    assert outcome["facts"]["final_step"] == 60
+    assert first["steps_lost"] <= CHECKPOINT_EVERY
+    ours = final_weights(tmp_path / "ckpt" / outcome["run_key"])
+    assert_bitwise_equal(ours, straight_run(tmp_path, "train.steps=60"), steps=60)
+
+
+def test_ffjobs_run_with_a_slurm_profile_trains_on_slurm_into_one_mlflow_run(tmp_path, env):
+    """The whole pipeline on the cluster profile: validation here, preflight and training as
+    SLURM jobs, every attempt in the run's MLflow run on the stack's server."""
+    uri = env["FFJOBS_NODE_TRACKING_URI"]  # the server as the nodes reach it, over the bridge
+    sets = [*[s for s in TRAIN if not s.startswith("tracking.")], f"tracking.tracking_uri={uri}",
+            "tracking.experiment=ffjobs-slurm-run", "data.synth.identities=6",
+            "data.synth.per_identity=4", "preflight.sizes_mib=[1]", "preflight.target_time_s=0.05",
+            f"train.checkpoint_dir={tmp_path / 'ckpt'}", f"slurm.folder={tmp_path / 'jobs'}"]  # fmt: skip
+    command = [sys.executable, "-m", "ffjobs.cli", "run", "-c", "minicluster", "--json"]
+    for item in sets:
+        command += ["--set", item]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = json.loads(result.stdout)
+    assert [s["status"] for s in summary["stages"]] == ["passed"] * 3
+    assert "PASS on 2 ranks" in summary["stages"][1]["summary"]
+    train = summary["stages"][2]["facts"]
+    assert train["attempts"] == 1 and train["final_step"] == STEPS
+
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(uri).get_run(summary["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags["ffjobs.train"] == "passed"
+    record = json.loads((tmp_path / summary["run_dir"] / "run.json").read_text())
+    job_ids = [job["job_id"] for job in record["slurm_jobs"]]
+    assert run.data.tags["slurm.job_ids"] == ",".join(job_ids)
+    assert run.data.metrics["goodput"] > 0 and "loss_identity" in run.data.metrics
