@@ -73,7 +73,8 @@ def _bench_recovery(args: argparse.Namespace) -> int:
 
 def run_drill(config: str, drill: str, fast: bool, collective_timeout: float) -> dict[str, Any]:
     """One drill on one path; the figures of the module docstring."""
-    with tempfile.TemporaryDirectory(prefix="ffjobs-recovery-", dir=".") as tmp:
+    Path("runs").mkdir(exist_ok=True)  # on the shared filesystem the nodes see, like runs
+    with tempfile.TemporaryDirectory(prefix="bench-recovery-", dir="runs") as tmp:
         work = Path(tmp).resolve()
         sets = [*TRAIN, *DRILLS[drill], f"runs_dir={work / 'runs'}",
                 f"train.checkpoint_dir={work / 'ckpt'}", f"slurm.folder={work / 'jobs'}",
