@@ -18,11 +18,12 @@ from ffjobs.cli import (
     add_json_argument,
     add_nproc_argument,
     config_from_args,
+    overrides_from_args,
     print_json,
 )
 from ffjobs.config import Config
 from ffjobs.errors import UserError
-from ffjobs.runs.run import Run, create_run, finish_run, link, resume_run
+from ffjobs.runs.run import Run, create_run, finish_run, link, resume_run, resumed_config
 from ffjobs.runs.stages import STAGES, check_plan, parse_stages, run_stage
 
 
@@ -94,7 +95,7 @@ def _run(args: argparse.Namespace) -> int:
                 "--resume continues a run with the config it was started with; "
                 "change fields with --set instead of --config"
             )
-        config = resumed_config(args)
+        config = resumed_config(args.resume, overrides_from_args(args))
         check_plan(config, stages)
         run = resume_run(args.resume, config, echo=echo, quiet_stdout=args.json)
     else:
@@ -111,15 +112,3 @@ def _run(args: argparse.Namespace) -> int:
         where = f"; MLflow {summary['mlflow']}" if summary["mlflow"] else ""
         print(f"pipeline {verdict}: run {run.key}, outputs in {run.dir}{where}")
     return summary["exit_code"]
-
-
-def resumed_config(args: argparse.Namespace) -> Config:
-    """The config run ``args.resume`` was started with, plus this invocation's ``--set``."""
-    from ffjobs.cli import overrides_from_args
-    from ffjobs.config import load_config
-    from ffjobs.runs.run import CONFIG_FILE, find_run_dir
-
-    overrides = overrides_from_args(args)
-    runs_dir = load_config(None, overrides).runs_dir
-    run_dir = find_run_dir(args.resume, runs_dir)
-    return load_config(run_dir / CONFIG_FILE, overrides)

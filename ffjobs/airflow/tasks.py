@@ -25,7 +25,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from ffjobs.config import Config, load_config
 from ffjobs.errors import ExitCode, UserError
-from ffjobs.runs.run import Run, attach_run, create_run, finish_run, resume_run
+from ffjobs.runs.run import Run, attach_run, create_run, finish_run, resume_run, resumed_config
 from ffjobs.runs.stages import STAGES, check_plan, run_stage
 
 log = logging.getLogger(__name__)
@@ -61,14 +61,10 @@ def config_from_params(params: Mapping[str, Any]) -> Config:
     """Load ``params["config"]`` (a preset name or YAML path) with the Params' overrides; with
     ``params["resume"]``, the config that run was started with plus the overrides."""
     try:
+        preset, overrides = params.get("config") or "local", overrides_from_params(params)
         if params.get("resume"):
-            from ffjobs.runs.run import CONFIG_FILE, find_run_dir
-
-            overrides = overrides_from_params(params)
-            runs_dir = load_config(params.get("config") or "local", overrides).runs_dir
-            run_dir = find_run_dir(str(params["resume"]), runs_dir)
-            return load_config(run_dir / CONFIG_FILE, overrides)
-        return load_config(params.get("config") or "local", overrides_from_params(params))
+            return resumed_config(str(params["resume"]), overrides, preset)
+        return load_config(preset, overrides)
     except UserError as exc:
         raise AirflowFailException(f"config: {exc}") from None
 

@@ -193,6 +193,16 @@ def find_run_dir(key: str, runs_dir: str | Path) -> Path:
     return run_dir
 
 
+def resumed_config(key: str, overrides: list[str], preset: str | None = None) -> Config:
+    """The config run ``key`` was started (or last resumed) with, plus ``overrides``; the run
+    is looked for in the ``runs_dir`` that ``preset`` (default: the embedded one) and the
+    overrides give."""
+    from ffjobs.config import load_config
+
+    run_dir = find_run_dir(key, load_config(preset, overrides).runs_dir)
+    return load_config(run_dir / CONFIG_FILE, overrides)
+
+
 def load_record(run_dir: Path) -> tuple[dict[str, Any], Config]:
     """The record and resolved config of the run in ``run_dir``."""
     try:
