@@ -1,5 +1,5 @@
-"""Fixtures shared across components: every test in its own working directory, and a real
-S3-compatible server on loopback."""
+"""Fixtures shared across components: every test in its own working directory, a real
+S3-compatible server and a real MLflow tracking server on loopback."""
 
 from __future__ import annotations
 
@@ -59,3 +59,14 @@ def s3_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     return dict(os.environ)
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real ``mlflow server`` (sqlite store, proxied artifacts) for the session; yields its
+    :class:`mlflow_server.MlflowServer` (``.uri``). Tests that stop it make their own."""
+    from mlflow_server import MlflowServer  # tests/ is on sys.path (rootdir conftest)
+
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
+    yield server
+    server.stop()
