@@ -1,0 +1,56 @@
+"""The face-swap model as one module: ``FaceSwap(source, target) -> fused``.
+
+The generator alone takes a target image and a source *embedding*; what a user, an evaluation
+and the model registry handle is the pair "generator + the identity encoder it was trained
+with". :class:`FaceSwap` bundles them, so evaluating, registering and trying a model all run
+the same forward. Images are ``(N, 3, H, W)`` floats in ``[-1, 1]`` at the model's resolution.
+
+:func:`face_swap_from_checkpoint` builds it from a run's latest verified checkpoint (the EMA
+generator: the weights a training run produces for use).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ffjobs.config import Config
+from ffjobs.errors import UserError
+from ffjobs.models.factory import build_generator
+from ffjobs.models.identity import IdentityEncoder, build_identity_encoder
+
+
+class FaceSwap(nn.Module):
+    """Generator + its frozen identity encoder; see the module docstring."""
+
+    def __init__(self, generator: nn.Module, identity_encoder: IdentityEncoder, resolution: int):
+        super().__init__()
+        self.generator = generator.eval().requires_grad_(False)
+        self.identity_encoder = identity_encoder
+        self.resolution = resolution
+
+    def train(self, mode: bool = True) -> FaceSwap:
+        """Always in eval mode: a trained model for use, not for training."""
+        return super().train(False)
+
+    @torch.no_grad()
+    def forward(self, source: Tensor, target: Tensor) -> Tensor:
+        return self.generator(target, self.identity_encoder(source))
+
+
+def face_swap_from_checkpoint(config: Config, location: str) -> tuple[FaceSwap, int]:
+    """``(model, step)`` from the latest verified checkpoint in ``location`` (EMA weights)."""
+    from ffjobs.train.checkpoint import Checkpointer
+
+    checkpointer = Checkpointer(location, s3=config.s3)
+    ref = checkpointer.latest_verified()
+    if ref is None:
+        raise UserError(
+            f"{location}: no verified checkpoint to build a model from; train first "
+            "(ffjobs train, or ffjobs run)"
+        )
+    state = checkpointer.load(ref)
+    generator = build_generator(config.model)
+    generator.load_state_dict(state["ema"])
+    encoder = build_identity_encoder(config.model, load_weights=True)
+    return FaceSwap(generator, encoder, config.model.resolution), ref.step
