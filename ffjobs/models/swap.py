@@ -28,6 +28,7 @@ class FaceSwap(nn.Module):
         self.generator = generator.eval().requires_grad_(False)
         self.identity_encoder = identity_encoder
         self.resolution = resolution
+        self.eval()
 
     def train(self, mode: bool = True) -> FaceSwap:
         """Always in eval mode: a trained model for use, not for training."""
