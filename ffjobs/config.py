@@ -30,11 +30,12 @@ import yaml
 
 from ffjobs.data.config import DataConfig
 from ffjobs.errors import UserError
+from ffjobs.evaluate.config import EvaluateConfig
 from ffjobs.models.config import ModelConfig
 from ffjobs.preflight.config import PreflightConfig
 from ffjobs.slurm.config import SlurmConfig
 from ffjobs.storage_config import S3Config
-from ffjobs.tracking.config import TrackingConfig
+from ffjobs.tracking.config import RegistryConfig, TrackingConfig
 from ffjobs.train.config import TrainConfig
 
 REPO_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -77,7 +78,9 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    registry: RegistryConfig = field(default_factory=RegistryConfig)
     s3: S3Config = field(default_factory=S3Config)
     """The S3-compatible store behind ``s3://`` datasets and checkpoints."""
 
