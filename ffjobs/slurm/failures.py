@@ -270,6 +270,7 @@ def classify_failure(
     ranks: Sequence[RankLog],
     *,
     retry_oom: bool = False,
+    lost_nodes: Sequence[str] = (),
 ) -> Failure:
     """Decide what ended a job: kind, whether to retry, evidence, suspect nodes.
 
@@ -277,7 +278,30 @@ def classify_failure(
     job's, ``ranks`` what each rank printed. ``retry_oom`` makes OUT_OF_MEMORY retryable, for a
     supervisor that changes something (fewer images per GPU) before it retries. See the module
     docstring for the precedence.
+
+    ``lost_nodes`` are nodes of the job that the controller stopped reaching (``sinfo``: down or
+    not responding). Only the controller knows that: a cut link looks the same from both ends
+    in the ranks' logs. On a retryable failure they become the first suspects, with that as
+    evidence; a fatal failure stays fatal whatever the nodes did.
     """
+    failure = _classify(state, exit_code, ranks, retry_oom=retry_oom)
+    lost = [n for n in dict.fromkeys(lost_nodes) if n not in failure.suspect_nodes]
+    if not lost or not failure.retryable:
+        return failure
+    seen = tuple(f"slurmctld: {node} stopped responding during the job" for node in lost)
+    return Failure(
+        kind=failure.kind,
+        retryable=True,
+        summary=f"{failure.summary}; {', '.join(lost)} stopped responding",
+        evidence=(*seen, *failure.evidence),
+        suspect_nodes=(*lost, *failure.suspect_nodes),
+        traceback_excerpt=failure.traceback_excerpt,
+    )
+
+
+def _classify(
+    state: str | None, exit_code: int | None, ranks: Sequence[RankLog], *, retry_oom: bool
+) -> Failure:
     findings = [_scan(log) for log in sorted(ranks, key=lambda log: log.rank)]
     state = (state or "").upper()
     if state in ("", "CANCELLED"):  # PreemptMode=CANCEL and scancel both record CANCELLED

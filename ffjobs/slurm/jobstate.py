@@ -65,6 +65,7 @@ from ffjobs.slurm.accounting import (
     parse_sacct_output,
     run_command,
 )
+from ffjobs.slurm.nodes import NodeListError
 
 SQUEUE_FORMAT = "%i|%T|%N"
 # Digits, then an array task (_4, _[1-3]) or het component (+0); anything else would make sacct
@@ -305,3 +306,53 @@ def _match(statuses: list[JobStatus], job_id: str) -> JobStatus | None:
 def _unknown(job_id: str, misses: list[str]) -> JobStatus:
     reason = "; ".join(misses) or "no source asked"
     return JobStatus(job_id, JobState.UNKNOWN, "UNKNOWN", None, None, (), "none", reason)
+
+
+FAILED_RUN_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
+"""States in which SLURM ends one run of a job and requeues it itself (``JobRequeue=1``):
+work was lost, so each such run is an attempt of its own. A ``REQUEUED`` run is submitit's
+checkpoint-and-requeue on USR2: nothing lost, the same attempt goes on."""
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One run of a job id. SLURM requeues a job under the same id; ``sacct -D`` lists each run."""
+
+    slurm_state: str
+    nodes: tuple[str, ...]
+    started_at: float | None
+    """Epoch seconds; None while it has not started (``Unknown``)."""
+    ended_at: float | None
+
+
+def job_runs(job_id: str, runner: Runner = run_command) -> list[JobRun]:
+    """Every run of ``job_id`` in the order SLURM made them (the last is the current one);
+    empty when accounting does not know the job (yet) or cannot be asked."""
+    fields = "JobID,State,NodeList,Start,End"
+    argv = ["sacct", "-D", "-X", "-n", "-P", "-j", str(job_id), "-o", fields]
+    try:
+        text = runner(argv)
+    except AccountingError:
+        return []
+    runs = []
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) != 5 or fields[0] != str(job_id):
+            continue
+        _, state, nodelist, start, end = fields
+        try:
+            nodes = allocated_nodes(nodelist)
+        except NodeListError:
+            nodes = ()
+        runs.append(JobRun(normalise_state(state).upper(), nodes, _epoch(start), _epoch(end)))
+    return runs
+
+
+def _epoch(stamp: str) -> float | None:
+    """sacct's local ``2026-12-01T11:28:29`` as epoch seconds; ``Unknown``/``None`` -> None."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None

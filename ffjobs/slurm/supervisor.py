@@ -5,8 +5,10 @@ Airflow operator can all drive it: the backend runs one attempt to its end and r
 :class:`AttemptResult`; the supervisor classifies a failure (:func:`classify_failure`), records
 it, and either stops with a one-line reason or waits and runs the next attempt with the suspect
 nodes excluded. Resuming from the newest verified checkpoint is the job's own business (the
-trainer always resumes); a requeue that submitit or SLURM did itself is the backend's business
-too (it reports the final state of the whole job). Standard library only.
+trainer always resumes). A requeue that submitit did on USR2 (checkpoint, requeue, go on) is
+part of one attempt; a run that SLURM ended on a node failure and requeued itself under the same
+job id is an attempt of its own, which the backend reports in ``AttemptResult.requeued``.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -85,6 +87,11 @@ class AttemptResult:
     slurm_state: str | None = None
     """SLURM's own state name (``NODE_FAIL``, ``DEADLINE``, ...) when there is one; it is finer
     than ``state`` and is what the classifier is given."""
+    lost_nodes: tuple[str, ...] = ()
+    """Nodes of the attempt the controller stopped reaching (down, not responding)."""
+    requeued: tuple[AttemptResult, ...] = ()
+    """Earlier runs of the same job that SLURM ended and requeued itself (a node failure):
+    each is an attempt of its own, recorded before this one."""
 
 
 class AttemptBackend(Protocol):
@@ -262,19 +269,35 @@ def supervise(
         echo(f"not submitting: {shortage}")
         return outcome(False, None, shortage)
 
+    def diagnose(result: AttemptResult) -> Failure:
+        state = result.slurm_state or _CLASSIFIER_STATE.get(result.state, result.state.value)
+        return classify(
+            state, result.exit_code, result.ranks,
+            retry_oom=policy.retry_oom, lost_nodes=result.lost_nodes,
+        )  # fmt: skip
+
     failure: Failure | None = None
     for number in range(1, policy.max_attempts + 1):
         result = backend.run_attempt(number, excluded)
-        head = f"attempt {number}/{policy.max_attempts}: {_where(result)}"
+        for earlier in result.requeued:  # SLURM requeued the job itself: attempts of their own
+            lost = diagnose(earlier)
+            entry = _record(len(records) + 1, earlier, excluded, lost)
+            records.append(entry)
+            record(entry)
+            excluded += tuple(n for n in dict.fromkeys(lost.suspect_nodes) if n not in excluded)
+            echo(
+                f"attempt {entry.number}/{policy.max_attempts}: {_where(earlier)} failed: "
+                f"{lost.summary}; SLURM requeued the job itself"
+            )
+        head = f"attempt {len(records) + 1}/{policy.max_attempts}: {_where(result)}"
         if result.state is JobState.SUCCEEDED:
-            records.append(_record(number, result, excluded, None))
+            records.append(_record(len(records) + 1, result, excluded, None))
             record(records[-1])
             echo(f"{head} succeeded{_steps(result)}")
-            return outcome(True, None, f"succeeded after {number} attempt(s)")
+            return outcome(True, None, f"succeeded after {len(records)} attempt(s)")
 
-        state = result.slurm_state or _CLASSIFIER_STATE.get(result.state, result.state.value)
-        failure = classify(state, result.exit_code, result.ranks, retry_oom=policy.retry_oom)
-        entry = _record(number, result, excluded, failure)
+        failure = diagnose(result)
+        entry = _record(len(records) + 1, result, excluded, failure)
         records.append(entry)
         head = f"{head} failed: {failure.summary}"
 
@@ -284,7 +307,7 @@ def supervise(
             return outcome(False, failure, f"not retryable: {failure.summary}")
         new = tuple(dict.fromkeys(n for n in failure.suspect_nodes if n not in excluded))
         excluded = excluded + new
-        if number == policy.max_attempts:
+        if len(records) >= policy.max_attempts:
             record(entry)
             echo(f"{head}; attempt budget spent")
             break
@@ -294,7 +317,7 @@ def supervise(
             echo(f"{head}; stopping: {shortage}")
             return outcome(False, failure, shortage)
 
-        entry.wait_before_next_s = policy.delay(number)
+        entry.wait_before_next_s = policy.delay(len(records))
         record(entry)
         without = f" without {','.join(new)}" if new else ""
         echo(f"{head}; retrying in {entry.wait_before_next_s:g} s{without}")

@@ -16,7 +16,6 @@ the requeued job resumes from that checkpoint.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import re
 import signal
@@ -26,8 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ffjobs.slurm.failures import Failure, RankLog, classify_failure
-from ffjobs.slurm.jobstate import JobState, JobStatus, poll_jobs
+from ffjobs.slurm.failures import RankLog
+from ffjobs.slurm.jobstate import (
+    FAILED_RUN_STATES,
+    JobState,
+    JobStatus,
+    job_runs,
+    job_state,
+    poll_jobs,
+)
 from ffjobs.slurm.supervisor import AttemptResult
 from ffjobs.train.job import TrainJob
 
@@ -165,8 +171,6 @@ class SlurmAttempts:
     """A job of this run that may still be running: attached to instead of submitting anew."""
     first_attempt: int = 0
     """Attempts this run made before (a resumed run): folders and numbers continue after them."""
-    lost_nodes: tuple[str, ...] = ()
-    """Nodes of the last attempt that the controller no longer reaches (see :meth:`classify`)."""
 
     def usable_nodes(self, exclude: tuple[str, ...]) -> int | None:
         nodes = partition_nodes(self.config.slurm.partition)
@@ -218,25 +222,8 @@ class SlurmAttempts:
                     started_at=started, ended_at=time.time(),
                 )  # fmt: skip
         status = self._wait(job_id)
-        failed = status.state is not JobState.SUCCEEDED
-        self.lost_nodes = unresponsive_nodes(status.nodes) if failed else ()
         folder = job_folder(self.config.slurm.folder, self.run_key, number)
         return self._result(job_id, status, folder, started)
-
-    def classify(self, state, exit_code, ranks, *, retry_oom: bool = False) -> Failure:
-        """:func:`classify_failure`, plus what only the controller knows: a node of the job that
-        stopped responding (a cut link, a dead node) is the suspect, whatever its peers logged."""
-        failure = classify_failure(state, exit_code, ranks, retry_oom=retry_oom)
-        lost = [n for n in self.lost_nodes if n not in failure.suspect_nodes]
-        if not lost or not failure.retryable:
-            return failure
-        seen = tuple(f"slurmctld: {node} stopped responding during the job" for node in lost)
-        return dataclasses.replace(
-            failure,
-            suspect_nodes=(*lost, *failure.suspect_nodes),
-            evidence=(*seen, *failure.evidence),
-            summary=f"{failure.summary}; {', '.join(lost)} stopped responding",
-        )
 
     def _wait(self, job_id: str) -> JobStatus:
         while True:
@@ -246,39 +233,87 @@ class SlurmAttempts:
             time.sleep(self.poll_s)
 
     def _result(self, job_id: str, status: JobStatus, folder: Path, started: float):
-        from submitit.core.utils import JobPaths
-
+        """The attempt as the logs, the checkpoints and accounting tell it; earlier runs of the
+        same job that SLURM ended on a node failure and requeued become ``requeued`` results."""
         from ffjobs.train.checkpoint import Checkpointer
 
-        slurm = self.config.slurm
-        per_node = 1 if slurm.restarts_in_allocation else slurm.tasks_per_node
-        ranks = []  # one log per task: a rank, or a node's agent and its ranks (fast path)
-        for task in range(slurm.nodes * per_node):
-            node_index = task // per_node  # SLURM's block distribution
-            node = status.nodes[node_index] if node_index < len(status.nodes) else None
-            paths = JobPaths(folder, job_id=job_id, task_id=task)
-            text = _read(paths.stderr) + _read(paths.stdout)
-            ranks.append(RankLog(rank=task, node=node, text=text, exit_code=status.exit_code))
-        logs = "".join(r.text for r in ranks)  # only rank 0 prints progress, wherever it ran
-        steps = [int(s) for s in _PROGRESS.findall(logs)]
-        # (when, from which step) of every start of the ranks: the first is where this attempt
-        # began, later ones are restarts inside the allocation (the fast path)
-        starts = sorted((float(t), int(s)) for t, s in _FIRST_STEP.findall(logs))
+        ranks = self._rank_logs(job_id, status.nodes, status.exit_code, folder)
+        # every start of the ranks, in log order: (when, from which step, steps it logged); the
+        # first is where the attempt began, later ones are restarts inside the allocation (the
+        # fast path) or runs after a requeue
+        starts = _starts("".join(r.text for r in ranks))  # only rank 0 prints progress
+        runs = job_runs(job_id) if status.state is not JobState.UNKNOWN else []
+        failed_runs = [r for r in runs[:-1] if r.slurm_state in FAILED_RUN_STATES and r.nodes]
+        requeued: list[AttemptResult] = []
+        for run in failed_runs:  # each owns the starts before it ended
+            mine = [s for s in starts if run.ended_at is None or s[0] <= run.ended_at]
+            starts = starts[len(mine) :]
+            requeued.append(
+                AttemptResult(
+                    job_id=job_id,
+                    nodes=run.nodes,
+                    state=job_state(run.slurm_state),
+                    ranks=self._rank_logs(job_id, run.nodes, None, folder),
+                    **_progress(mine),
+                    checkpoint_step=starts[0][1] if starts else None,
+                    started_at=requeued[-1].ended_at if requeued else started,
+                    ended_at=run.ended_at or time.time(),
+                    slurm_state=run.slurm_state,
+                    lost_nodes=unresponsive_nodes(run.nodes),
+                )  # fmt: skip
+            )
         ref = Checkpointer(self.job.checkpoint_dir).latest_verified()
+        failed = status.state is not JobState.SUCCEEDED
         return AttemptResult(
             job_id=job_id,
             nodes=tuple(status.nodes),
             state=status.state,
             exit_code=status.exit_code,
             ranks=ranks,
-            start_step=starts[0][1] if starts else None,
-            first_step_at=starts[0][0] if starts else None,
-            final_step=steps[-1] if steps else None,
+            **_progress(starts),
             checkpoint_step=ref.step if ref else None,
-            started_at=started,
+            started_at=requeued[-1].ended_at if requeued else started,
             ended_at=time.time(),
             slurm_state=status.slurm_state,
+            lost_nodes=unresponsive_nodes(status.nodes) if failed else (),
+            requeued=tuple(requeued),
         )
+
+    def _rank_logs(self, job_id: str, nodes, exit_code: int | None, folder: Path) -> list[RankLog]:
+        """One log per task: a rank, or a node's agent and its ranks (fast path)."""
+        from submitit.core.utils import JobPaths
+
+        slurm = self.config.slurm
+        per_node = 1 if slurm.restarts_in_allocation else slurm.tasks_per_node
+        ranks = []
+        for task in range(slurm.nodes * per_node):
+            node_index = task // per_node  # SLURM's block distribution
+            node = nodes[node_index] if node_index < len(nodes) else None
+            paths = JobPaths(folder, job_id=job_id, task_id=task)
+            text = _read(paths.stderr) + _read(paths.stdout)
+            ranks.append(RankLog(rank=task, node=node, text=text, exit_code=exit_code))
+        return ranks
+
+
+def _starts(logs: str) -> list[tuple[float, int, list[int]]]:
+    """Every start of the ranks in ``logs``: (when, from which step, the steps it logged)."""
+    matches = list(_FIRST_STEP.finditer(logs))
+    starts = []
+    for i, match in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(logs)
+        steps = [int(s) for s in _PROGRESS.findall(logs, match.start(), end)]
+        starts.append((float(match.group(1)), int(match.group(2)), steps))
+    return sorted(starts, key=lambda start: start[0])
+
+
+def _progress(starts: list[tuple[float, int, list[int]]]) -> dict[str, Any]:
+    """Where a run of starts began, when its first step was done, and the last step it logged."""
+    steps = [step for *_, logged in starts for step in logged]
+    return {
+        "start_step": starts[0][1] if starts else None,
+        "first_step_at": starts[0][0] if starts else None,
+        "final_step": steps[-1] if steps else None,
+    }
 
 
 def unresponsive_nodes(nodes: tuple[str, ...] | list[str]) -> tuple[str, ...]:

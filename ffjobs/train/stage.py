@@ -162,7 +162,6 @@ def _train_on_slurm(config: Config, run: Run, job: TrainJob, *, wait: bool) -> S
         exclude=exclude,
         record=record,
         echo=run.echo,
-        classify=backend.classify,
     )  # fmt: skip
     logger.log_metrics({"goodput": outcome.goodput}, step=len(jobs))
     ref = Checkpointer(job.checkpoint_dir).latest_verified()

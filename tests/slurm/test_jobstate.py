@@ -219,6 +219,24 @@ def test_a_requeued_job_reports_its_latest_run():
     assert poll_jobs(["5"], runner=slurm)["5"].state is JobState.PENDING
 
 
+def test_every_run_of_a_requeued_job_in_order():
+    from datetime import datetime
+
+    from ffjobs.slurm.jobstate import JobRun, job_runs
+
+    slurm = FakeSlurm(
+        sacct="5|NODE_FAIL|node[1-2]|2026-12-01T11:28:29|2026-12-01T11:29:15\n"
+        "5|RUNNING|node[1,3]|2026-12-01T11:31:20|Unknown\n"
+        "5.batch|COMPLETED|node1|2026-12-01T11:28:29|2026-12-01T11:29:15\n"
+    )
+    first, second = job_runs("5", runner=slurm)
+    at = datetime.fromisoformat  # sacct prints local time, as fromisoformat reads it
+    assert first == JobRun("NODE_FAIL", ("node1", "node2"), at("2026-12-01T11:28:29").timestamp(),
+                           at("2026-12-01T11:29:15").timestamp())  # fmt: skip
+    assert second.nodes == ("node1", "node3") and second.ended_at is None
+    assert job_runs("6", runner=FakeSlurm(sacct="")) == []
+
+
 def test_scontrol_finds_array_tasks_and_het_components_by_shown_and_raw_id():
     array_task = scontrol_line(124, "OUT_OF_MEMORY", "0:9", extra="ArrayJobId=123 ArrayTaskId=4 ")
     component = scontrol_line(301, "RUNNING", extra="HetJobId=300 HetJobOffset=1 ")

@@ -235,7 +235,7 @@ def test_initial_exclude_leaving_too_few_nodes_submits_nothing():
 def test_classifier_gets_slurm_state_names():
     seen = []
 
-    def classify(state, exit_code, ranks, *, retry_oom):
+    def classify(state, exit_code, ranks, *, retry_oom, lost_nodes):
         seen.append(state)
         return classify_failure(state, exit_code, ranks, retry_oom=retry_oom)
 
@@ -250,6 +250,38 @@ def test_classifier_gets_slurm_state_names():
     outcome, *_ = run(backend, policy(max_attempts=3), classify=classify, nodes_needed=1)
     assert seen == ["NODE_FAIL", "TIMEOUT", "DEADLINE"]
     assert outcome.final is not None and outcome.final.kind is FailureKind.TIMEOUT
+
+
+def test_a_run_slurm_requeued_itself_is_an_attempt_of_its_own():
+    """The node of rank 1 died; SLURM ended that run (NODE_FAIL) and requeued the job under the
+    same id on other nodes, where it finished: two attempts, the first naming the dead node."""
+    import dataclasses
+
+    died = dataclasses.replace(
+        node_failure("node2"), job_id="102", start_step=0, final_step=55, checkpoint_step=50,
+        slurm_state="NODE_FAIL", lost_nodes=("node2",),
+    )  # fmt: skip
+    backend = CountingBackend(dataclasses.replace(success(started_at=10.0), requeued=(died,)))
+    outcome, records, lines, _ = run(backend)
+    assert outcome.succeeded and len(backend.calls) == 1  # nothing resubmitted
+    first, second = records
+    assert (first.number, first.job_id, first.kind) == (1, "102", "node_failure")
+    assert first.suspect_nodes[0] == "node2" and first.steps_lost == 5
+    assert (second.number, second.kind, second.excluded) == (2, None, ("node2",))
+    assert "SLURM requeued the job itself" in lines[0]
+    assert lines[1].startswith("attempt 2/4: job 102 on node1,node3 succeeded")
+    assert outcome.reason == "succeeded after 2 attempt(s)"
+    assert 0 < outcome.goodput < 1
+
+
+def test_requeues_count_against_the_attempt_budget():
+    import dataclasses
+
+    died = dataclasses.replace(node_failure("node2"), slurm_state="NODE_FAIL")
+    again = dataclasses.replace(node_failure("node3"), slurm_state="NODE_FAIL", requeued=(died,))
+    outcome, records, lines, _ = run(CountingBackend(again), policy(max_attempts=2))
+    assert not outcome.succeeded and len(records) == 2
+    assert "attempt budget spent" in lines[-1]
 
 
 # --- accounting -------------------------------------------------------------------------------

@@ -1,13 +1,13 @@
-"""The SLURM attempt backend's own knowledge: a node the controller lost during the job is the
-suspect even when every rank's log only blames its peer (a cut link looks the same from both
-ends)."""
+"""What only the controller knows: a node it lost during the job is the suspect even when every
+rank's log only blames its peer (a cut link looks the same from both ends); and how the
+backend splits one job's logs into the runs SLURM made of it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ffjobs.slurm.failures import FailureKind, RankLog
-from ffjobs.slurm.training import SlurmAttempts, unresponsive_nodes
+from ffjobs.slurm.failures import FailureKind, RankLog, classify_failure
+from ffjobs.slurm.training import _progress, _starts, unresponsive_nodes
 
 DATA = Path(__file__).parent / "data"
 
@@ -18,22 +18,20 @@ def both_time_out() -> list[RankLog]:
 
 
 def test_a_node_that_stopped_responding_is_the_suspect():
-    backend = SlurmAttempts(config=None, run_key="k", job=None, lost_nodes=("node2",))
-    failure = backend.classify("FAILED", 1, both_time_out())
+    failure = classify_failure("FAILED", 1, both_time_out(), lost_nodes=("node2",))
     assert failure.kind is FailureKind.COMMUNICATOR and failure.retryable
     assert failure.suspect_nodes[0] == "node2"
     assert failure.evidence[0] == "slurmctld: node2 stopped responding during the job"
 
 
 def test_without_lost_nodes_the_logs_decide_alone():
-    plain = SlurmAttempts(config=None, run_key="k", job=None).classify("FAILED", 1, both_time_out())
+    plain = classify_failure("FAILED", 1, both_time_out())
     assert not any(e.startswith("slurmctld:") for e in plain.evidence)
 
 
 def test_a_fatal_failure_stays_fatal_whatever_the_nodes_did():
     bug = [RankLog(0, "node1", (DATA / "value-error-rank0.log").read_text(), 1)]
-    backend = SlurmAttempts(config=None, run_key="k", job=None, lost_nodes=("node2",))
-    failure = backend.classify("FAILED", 1, bug)
+    failure = classify_failure("FAILED", 1, bug, lost_nodes=("node2",))
     assert failure.kind is FailureKind.USER_CODE and failure.suspect_nodes == ()
 
 
@@ -44,3 +42,19 @@ def test_unresponsive_nodes_reads_sinfo_states(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
     assert unresponsive_nodes(["node1", "node2", "node3"]) == ("node2", "node3")
     assert unresponsive_nodes([]) == ()
+
+
+def test_a_requeued_jobs_log_splits_at_each_start():
+    """submitit appends every run of a job id to the same log: each start of the ranks (its
+    ``first step`` line) owns the progress lines up to the next one."""
+    log = (
+        "first step 1 done at 100.0 (started from step 0), 0.2 s after start\n"
+        "step 1/60 [.] | x\nstep 2/60 [.] | x\nstep 5/60 [.] | x\n"
+        "srun: error: Node failure on node2\n"
+        "first step 5 done at 180.5 (started from step 4), 0.3 s after start\n"
+        "step 5/60 [.] | x\nstep 60/60 [#] | x\n"
+    )
+    first, second = _starts(log)
+    assert first == (100.0, 0, [1, 2, 5]) and second == (180.5, 4, [5, 60])
+    assert _progress([first]) == {"start_step": 0, "first_step_at": 100.0, "final_step": 5}
+    assert _progress([]) == {"start_step": None, "first_step_at": None, "final_step": None}
