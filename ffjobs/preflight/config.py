@@ -39,7 +39,11 @@ class PreflightConfig:
     pair_size_mib: float = field(default=16.0, metadata={"gt": 0.0})
     """Message size of the per-node and node-pair checks that single out a slow node."""
     suspect_ratio: float = field(default=0.7, metadata={"gt": 0.0, "le": 1.0})
-    """A node or node pair below this fraction of the median of its peers is suspect."""
+    """A node below this fraction of the median node, or a node every pair of which is below
+    this fraction of the best pair, is suspect."""
+    nodes: int | None = field(default=None, metadata={"ge": 1})
+    """Nodes the preflight job spans; null: the training job's ``slurm.nodes``. More nodes than
+    training needs let a failing node be named and left out while the rest still hold the job."""
     probe_topology: bool = True
     """Run ``nvidia-smi topo -m`` on each node (skipped silently when nvidia-smi is absent)."""
     timeout_s: float = field(default=120.0, metadata={"gt": 0.0})

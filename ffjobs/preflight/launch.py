@@ -51,15 +51,22 @@ def _slurm_rank_entry(run_dir: str) -> int:
     return run_rank(run_dir)
 
 
+def preflight_nodes(cfg) -> int:
+    """Nodes of the preflight job: ``preflight.nodes``, else the training job's."""
+    return cfg.preflight.nodes or cfg.slurm.nodes
+
+
 def _make_executor(cfg, run_key: str, attempt: int):
-    """The submitit executor of the training job's shape (same nodes, tasks, GPUs, partition),
-    named by the run and kept in the run's own folder (``<run key>.preflight/attempt-<n>``)."""
+    """The submitit executor of the training job's shape (tasks, GPUs, partition; the nodes of
+    :func:`preflight_nodes`), named by the run and kept in the run's own folder
+    (``<run key>.preflight/attempt-<n>``)."""
     from ffjobs.slurm.executor import make_executor
 
     executor = make_executor(cfg, run_id=f"{run_key}.preflight", attempt=attempt)
     # a preflight is a few minutes, not the training job's time limit
     timeout_min = max(1, int(cfg.preflight.timeout_s * 2 // 60) + 1)
     executor.update_parameters(
+        nodes=preflight_nodes(cfg),
         timeout_min=timeout_min,
         name=f"{run_key}-preflight",
         slurm_comment=f"ffjobs run {run_key} preflight",
@@ -73,7 +80,7 @@ def launch_slurm(cfg, run_dir: Path, run_key: str, attempt: int = 0) -> tuple[st
         executor = _make_executor(cfg, run_key, attempt)
     except ImportError as exc:
         raise UserError(f"SLURM mode needs submitit ({exc}); install it or use --local") from None
-    world = cfg.slurm.nodes * cfg.slurm.tasks_per_node
+    world = preflight_nodes(cfg) * cfg.slurm.tasks_per_node
     try:
         job = executor.submit(_slurm_rank_entry, str(run_dir.resolve()))
     except Exception as exc:  # sbatch rejected the job: say why in one line

@@ -10,7 +10,7 @@ from typing import Any
 
 from ffjobs.backend import choose_backend
 from ffjobs.errors import UserError
-from ffjobs.preflight.launch import launch_local, launch_slurm, local_gpu_count
+from ffjobs.preflight.launch import launch_local, launch_slurm, local_gpu_count, preflight_nodes
 from ffjobs.preflight.report import build_report, write_report
 from ffjobs.preflight.worker import JOB_FILE
 
@@ -39,7 +39,7 @@ def run_preflight(
     else:
         gpus = cfg.slurm.gpus_per_node
         backend = choose_backend(pre.backend, gpus, key="preflight.backend")
-        world = cfg.slurm.nodes * cfg.slurm.tasks_per_node
+        world = preflight_nodes(cfg) * cfg.slurm.tasks_per_node
     job = {
         "preflight": asdict(pre),
         "backend": backend,

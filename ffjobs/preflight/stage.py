@@ -62,14 +62,20 @@ def gated_nodes(config: Config, report: dict, usable: list[str] | None = None) -
     """The nodes a FAIL verdict blames, when training can run without them; else ``[]``.
 
     Every FAIL finding must name a suspect node (a bad environment everywhere is not a bad
-    node), and the partition (``usable``: ``sinfo``'s nodes unless given) minus the profile's
-    exclude list and the suspects must still hold ``slurm.nodes`` nodes.
+    node), except a bandwidth FAIL of the whole job when a node was singled out as slow: one
+    slow node drags every all-reduce ring down to its pace. The partition (``usable``:
+    ``sinfo``'s nodes unless given) minus the profile's exclude list and the suspects must
+    still hold ``slurm.nodes`` nodes.
     """
     suspects = list(report.get("suspect_nodes") or [])
     fails = [f for f in report.get("findings", []) if f.get("level") == "FAIL"]
     if config.slurm.executor != "slurm" or not suspects or not fails:
         return []
-    if any(f.get("node") not in suspects for f in fails):
+    slow = any(f.get("check") in ("slow-node", "slow-link") for f in fails)
+    if any(
+        f.get("node") not in suspects and not (slow and f.get("check") == "bandwidth")
+        for f in fails
+    ):
         return []
     if usable is None:
         from ffjobs.slurm.training import partition_nodes

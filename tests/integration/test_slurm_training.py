@@ -306,3 +306,37 @@ def test_ffjobs_run_with_a_slurm_profile_trains_on_slurm_into_one_mlflow_run(tmp
     job_ids = [job["job_id"] for job in record["slurm_jobs"]]
     assert run.data.tags["slurm.job_ids"] == ",".join(job_ids)
     assert run.data.metrics["goodput"] > 0 and "loss_identity" in run.data.metrics
+
+
+def test_preflight_on_three_nodes_names_the_throttled_one_and_training_runs_without_it(
+    tmp_path, env
+):
+    """node3's link is throttled below the profile's bandwidth minimum; the preflight spans all
+    three nodes (the training job needs two), fails naming node3, and training runs on the
+    other two."""
+    from links import throttled_link
+
+    # 20 Mbit/s is 0.0025 GB/s; the bridge gives gloo well over 0.05 GB/s even on a loaded
+    # 2-core machine: the 0.01 GB/s minimum sits 4x above the throttle and 5x below the healthy
+    # links, and a suspect must be 5x slower than the best pair (the throttle is ~100x)
+    sets = [*TRAIN, f"train.checkpoint_dir={tmp_path / 'ckpt'}", f"slurm.folder={tmp_path / 'jobs'}",
+            "data.synth.identities=6", "data.synth.per_identity=4", "preflight.nodes=3",
+            "preflight.sizes_mib=[1]", "preflight.min_busbw_gbps={'1': 0.01}",
+            "preflight.pair_size_mib=0.25", "preflight.suspect_ratio=0.2",
+            "preflight.target_time_s=0.05", "preflight.warmup_iters=1", "preflight.min_iters=2"]  # fmt: skip
+    command = [sys.executable, "-m", "ffjobs.cli", "run", "-c", "minicluster", "--json"]
+    for item in sets:
+        command += ["--set", item]
+    with throttled_link("node3", "20mbit"):
+        result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    validate, preflight, train = json.loads(result.stdout)["stages"]
+    assert preflight["status"] == "passed", preflight
+    assert preflight["facts"]["verdict"] == "FAIL" and preflight["facts"]["exclude"] == ["node3"]
+    assert preflight["facts"]["suspect_nodes"] == ["node3"]
+    assert "training excludes node3" in preflight["summary"]
+    attempts = Path(train["facts"]["attempt_log"]).read_text().splitlines()
+    (only,) = [json.loads(line) for line in attempts]
+    assert "node3" not in only["nodes"] and "node3" in only["excluded"] and only["kind"] is None
+    assert train["facts"]["final_step"] == STEPS

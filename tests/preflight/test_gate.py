@@ -9,10 +9,8 @@ from ffjobs.preflight.stage import gated_nodes
 PARTITION = ["node1", "node2", "node3"]
 
 
-def report(*findings: tuple[str, str | None], suspects=("node3",)) -> dict:
-    rows = [
-        {"level": level, "check": "slow-link", "message": "x", "node": n} for level, n in findings
-    ]
+def report(*findings: tuple[str, str | None], suspects=("node3",), check="slow-link") -> dict:
+    rows = [{"level": level, "check": check, "message": "x", "node": n} for level, n in findings]
     return {"verdict": "FAIL", "suspect_nodes": list(suspects), "findings": rows}
 
 
@@ -35,6 +33,19 @@ def test_a_failure_of_the_whole_fabric_is_not_a_node_to_exclude():
     everywhere = report(("FAIL", "node3"), ("FAIL", None))  # e.g. a bad NCCL setting
     assert gated_nodes(cluster(), everywhere, usable=PARTITION) == []
     assert gated_nodes(cluster(), report(("FAIL", None), suspects=()), usable=PARTITION) == []
+
+
+def test_a_slow_job_explained_by_a_slow_node_excludes_that_node():
+    """One throttled link drags the whole ring below the profile's bandwidth minimum."""
+    failed = report(("FAIL", "node3"))
+    failed["findings"].append({"level": "FAIL", "check": "bandwidth", "message": "x", "node": None})
+    assert gated_nodes(cluster(), failed, usable=PARTITION) == ["node3"]
+    # without a slow node or link to explain it, a slow fabric stops the run
+    version = report(("FAIL", "node3"), check="versions")
+    version["findings"].append(
+        {"level": "FAIL", "check": "bandwidth", "message": "x", "node": None}
+    )
+    assert gated_nodes(cluster(), version, usable=PARTITION) == []
 
 
 def test_local_runs_have_no_nodes_to_exclude():

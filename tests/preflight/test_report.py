@@ -138,6 +138,16 @@ def test_slow_node_and_slow_link_become_suspects():
     assert {f.check for f in findings} == {"slow-node", "slow-link"}
 
 
+def test_one_bad_link_of_three_nodes_is_found_against_the_best_pair():
+    """Three nodes, node3's link throttled: two of three pairs are slow, so the median is a slow
+    pair; against the best pair node3 stands out."""
+    pairs = {"node1+node2": 2.0, "node1+node3": 0.01, "node2+node3": 0.011}
+    checks = {f"pair:{k}": {"busbw_gbps": v} for k, v in pairs.items()}
+    suspects, (finding,) = suspect_nodes(checks, 0.7)
+    assert suspects == ["node3"] and finding.node == "node3"
+    assert "best pair 2.0" in finding.message
+
+
 def test_version_skew_names_the_odd_node():
     probes = {
         n: {"torch": "2.11.0", "cuda": "13.0", "nccl": "2.28.9", "driver": "580"}

@@ -16,7 +16,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_group_checks_across_three_nodes(tmp_path):
-    cfg = PreflightConfig(sizes_mib=[1.0], pair_size_mib=1.0, target_time_s=0.02, min_iters=2)
+    # What is checked is that the group checks run and reach the report, not bandwidth: the four
+    # ranks share the machine's cores, nodeA's pairs run three processes and B+C's two, and
+    # loopback gloo bandwidth on an oversubscribed CPU varies several-fold (0.1 vs 0.7 GB/s seen
+    # under load). Only a pair 20x slower than the best is a suspect here.
+    cfg = PreflightConfig(
+        sizes_mib=[1.0], pair_size_mib=1.0, target_time_s=0.02, min_iters=2, suspect_ratio=0.05
+    )
     (tmp_path / "job.json").write_text(
         json.dumps({"preflight": asdict(cfg), "backend": "gloo", "world_size": 4, "env": {}})
     )
