@@ -340,3 +340,35 @@ def test_preflight_on_three_nodes_names_the_throttled_one_and_training_runs_with
     (only,) = [json.loads(line) for line in attempts]
     assert "node3" not in only["nodes"] and "node3" in only["excluded"] and only["kind"] is None
     assert train["facts"]["final_step"] == STEPS
+
+
+def test_a_live_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env):
+    """``ffjobs train --submit`` returns once the job is queued; supervising the run later
+    (``ffjobs run --resume KEY --stages train``) waits for that job instead of submitting one."""
+    sets = [*TRAIN, f"runs_dir={tmp_path / 'runs'}", f"train.checkpoint_dir={tmp_path / 'ckpt'}",
+            f"slurm.folder={tmp_path / 'jobs'}"]  # fmt: skip
+    command = [sys.executable, "-m", "ffjobs.cli", "train", "-c", "minicluster", "--submit",
+               "--data", "memory", "--json"]  # fmt: skip
+    for item in sets:
+        command += ["--set", item]
+    submitted = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=300)  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+    outcome = json.loads(submitted.stdout)
+    assert outcome["status"] == "submitted"
+    key, job_id = outcome["run_key"], outcome["facts"]["job_id"]
+    resume = [sys.executable, "-m", "ffjobs.cli", "run", "--resume", key, "--stages", "train",
+              "--json", "--set", f"runs_dir={tmp_path / 'runs'}"]  # fmt: skip
+    result = subprocess.run(resume, cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (train,) = json.loads(result.stdout)["stages"]
+    (only,) = [
+        json.loads(line) for line in Path(train["facts"]["attempt_log"]).read_text().splitlines()
+    ]
+    assert only["job_id"] == job_id and only["kind"] is None
+    record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
+    assert [job["job_id"] for job in record["slurm_jobs"]] == [job_id]
+    named = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID", "--name", key],
+                           env=env, capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    assert named == [job_id]  # one SLURM job for the run, ever
