@@ -36,19 +36,23 @@ TRAIN = [
 ]
 
 
+def ffjobs(*args: str, sets: list[str] = ()) -> list[str]:
+    """The ``ffjobs`` command line ``args``, each of ``sets`` as a ``--set``."""
+    return [sys.executable, "-m", "ffjobs.cli", *args, *(a for s in sets for a in ("--set", s))]
+
+
+def run_dirs(tmp_path: Path) -> list[str]:
+    """Runs, checkpoints and submitit folders of a test under its own temp dir."""
+    return [f"runs_dir={tmp_path / 'runs'}", f"train.checkpoint_dir={tmp_path / 'ckpt'}",
+            f"slurm.folder={tmp_path / 'jobs'}"]  # fmt: skip
+
+
+SUBMIT = ("train", "-c", "minicluster", "--submit", "--data", "memory", "--json")
+
+
 def submit(tmp_path: Path, env: dict[str, str], *overrides: str) -> tuple[int, dict, list]:
     """``ffjobs train --submit --wait`` of a tiny job; (exit code, outcome, attempt records)."""
-    sets = [
-        *TRAIN,
-        f"runs_dir={tmp_path / 'runs'}",
-        f"train.checkpoint_dir={tmp_path / 'ckpt'}",
-        f"slurm.folder={tmp_path / 'jobs'}",
-        *overrides,
-    ]
-    command = [sys.executable, "-m", "ffjobs.cli", "train", "-c", "minicluster", "--submit",
-               "--wait", "--data", "memory", "--json"]  # fmt: skip
-    for item in sets:
-        command += ["--set", item]
+    command = ffjobs(*SUBMIT, "--wait", sets=[*TRAIN, *run_dirs(tmp_path), *overrides])
     result = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
     )
@@ -170,12 +174,7 @@ def test_a_failure_on_every_attempt_stops_after_the_budget(tmp_path, env):
 
 def start(tmp_path: Path, env: dict[str, str], *overrides: str) -> subprocess.Popen:
     """``ffjobs train --submit --wait`` in the background (for drills that act mid-training)."""
-    sets = [*TRAIN, f"runs_dir={tmp_path / 'runs'}", f"train.checkpoint_dir={tmp_path / 'ckpt'}",
-            f"slurm.folder={tmp_path / 'jobs'}", *overrides]  # fmt: skip
-    command = [sys.executable, "-m", "ffjobs.cli", "train", "-c", "minicluster", "--submit",
-               "--wait", "--data", "memory", "--json"]  # fmt: skip
-    for item in sets:
-        command += ["--set", item]
+    command = ffjobs(*SUBMIT, "--wait", sets=[*TRAIN, *run_dirs(tmp_path), *overrides])
     return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
 
 
@@ -286,9 +285,7 @@ def test_ffjobs_run_with_a_slurm_profile_trains_on_slurm_into_one_mlflow_run(tmp
             "tracking.experiment=ffjobs-slurm-run", "data.synth.identities=6",
             "data.synth.per_identity=4", "preflight.sizes_mib=[1]", "preflight.target_time_s=0.05",
             f"train.checkpoint_dir={tmp_path / 'ckpt'}", f"slurm.folder={tmp_path / 'jobs'}"]  # fmt: skip
-    command = [sys.executable, "-m", "ffjobs.cli", "run", "-c", "minicluster", "--json"]
-    for item in sets:
-        command += ["--set", item]
+    command = ffjobs("run", "-c", "minicluster", "--json", sets=sets)
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
@@ -324,9 +321,7 @@ def test_preflight_on_three_nodes_names_the_throttled_one_and_training_runs_with
             "preflight.sizes_mib=[1]", "preflight.min_busbw_gbps={'1': 0.01}",
             "preflight.pair_size_mib=0.25", "preflight.suspect_ratio=0.2",
             "preflight.target_time_s=0.05", "preflight.warmup_iters=1", "preflight.min_iters=2"]  # fmt: skip
-    command = [sys.executable, "-m", "ffjobs.cli", "run", "-c", "minicluster", "--json"]
-    for item in sets:
-        command += ["--set", item]
+    command = ffjobs("run", "-c", "minicluster", "--json", sets=sets)
     with throttled_link("node3", "20mbit"):
         result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                                 timeout=900)  # fmt: skip
@@ -345,20 +340,15 @@ def test_preflight_on_three_nodes_names_the_throttled_one_and_training_runs_with
 def test_a_live_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env):
     """``ffjobs train --submit`` returns once the job is queued; supervising the run later
     (``ffjobs run --resume KEY --stages train``) waits for that job instead of submitting one."""
-    sets = [*TRAIN, f"runs_dir={tmp_path / 'runs'}", f"train.checkpoint_dir={tmp_path / 'ckpt'}",
-            f"slurm.folder={tmp_path / 'jobs'}"]  # fmt: skip
-    command = [sys.executable, "-m", "ffjobs.cli", "train", "-c", "minicluster", "--submit",
-               "--data", "memory", "--json"]  # fmt: skip
-    for item in sets:
-        command += ["--set", item]
+    command = ffjobs(*SUBMIT, sets=[*TRAIN, *run_dirs(tmp_path)])
     submitted = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                                timeout=300)  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     outcome = json.loads(submitted.stdout)
     assert outcome["status"] == "submitted"
     key, job_id = outcome["run_key"], outcome["facts"]["job_id"]
-    resume = [sys.executable, "-m", "ffjobs.cli", "run", "--resume", key, "--stages", "train",
-              "--json", "--set", f"runs_dir={tmp_path / 'runs'}"]  # fmt: skip
+    resume = ffjobs("run", "--resume", key, "--stages", "train", "--json",
+                    sets=[f"runs_dir={tmp_path / 'runs'}"])  # fmt: skip
     result = subprocess.run(resume, cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
