@@ -4,18 +4,34 @@ SLURM and submitit signal a job before its time limit or a pre-emption (``--sign
 USR1/USR2), and SIGTERM comes first on ``scancel`` and node drains. The handler only sets a
 flag; the training loop reads it at its next logging step, where every rank agrees on it
 (one all-reduce), so all ranks write the same checkpoint and stop at the same step.
+
+A rank stuck in a collective (its peer hung or died) can never get there, and SIGTERM is also
+what ``srun --kill-on-bad-exit`` and torch's elastic agent send to the survivors of a failed
+rank: they would sit until SIGKILL (SLURM's ``KillWait``, 30 s by default; the agent's 30 s),
+and a retry waits with them. So once the loop runs, a watchdog thread hears SIGTERM through
+the signal wakeup fd (it is written by the C-level handler even while the main thread is
+blocked inside a C++ collective, where no Python handler can run) and, if no training step
+starts within a grace of a few step times, exits the rank at once with 128 + SIGTERM.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import statistics
 import sys
+import threading
+import time
 
 import torch
 import torch.distributed as dist
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+MIN_GRACE_S = 1.0
+"""Shortest wait for a step after SIGTERM before a rank counts as stuck."""
+UNKNOWN_STEP_GRACE_S = 30.0
+"""The wait before any step time is known (the first steps compile): SLURM's default KillWait."""
 
 
 class StopRequest:
@@ -24,12 +40,68 @@ class StopRequest:
     def __init__(self, rank: int):
         self.rank = rank
         self.requested = False
+        self._steps = 0
+        self._step_starts: list[float] = []
+        self._busy = 0
+        self._watching = False
 
     def install(self) -> None:
         """Handle :data:`STOP_SIGNALS` by setting :attr:`requested` (main thread only)."""
         for sig in STOP_SIGNALS:
             with contextlib.suppress(ValueError):  # not in the main thread
                 signal.signal(sig, self._on_signal)
+
+    def step_started(self) -> None:
+        """Called by the training loop as each step starts (main thread): arms the watchdog."""
+        self._steps += 1
+        self._step_starts = [*self._step_starts[-20:], time.monotonic()]
+        if not self._watching:
+            self._watching = True
+            self._watch_for_sigterm()
+
+    @contextlib.contextmanager
+    def busy(self):
+        """Work between steps that may outlast the grace (a checkpoint write): not stuck."""
+        self._busy += 1
+        try:
+            yield
+        finally:
+            self._busy -= 1
+
+    def grace_s(self) -> float:
+        """How long a live rank may take to start its next step: three median step times."""
+        gaps = [b - a for a, b in zip(self._step_starts[1:], self._step_starts[2:], strict=False)]
+        if not gaps:  # the first step's time is compile and warm-up, not a step time
+            return UNKNOWN_STEP_GRACE_S
+        return max(MIN_GRACE_S, 3 * statistics.median(gaps))
+
+    def _watch_for_sigterm(self) -> None:
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        try:
+            signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread: no watchdog, the plain handler still works
+            os.close(read_fd)
+            os.close(write_fd)
+            return
+        watchdog = threading.Thread(
+            target=self._watchdog, args=(read_fd,), name="ffjobs-stop-watchdog", daemon=True
+        )
+        watchdog.start()
+
+    def _watchdog(self, read_fd: int) -> None:
+        while signal.SIGTERM not in os.read(read_fd, 64):
+            pass
+        grace, seen = self.grace_s(), self._steps
+        time.sleep(grace)
+        if self._steps == seen and not self._busy:
+            print(
+                f"rank {self.rank}: SIGTERM and no training step started within {grace:.1f} s: "
+                "stuck in a collective with a failed peer; exiting now instead of at SIGKILL",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(128 + signal.SIGTERM)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         print(

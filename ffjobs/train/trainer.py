@@ -242,7 +242,8 @@ class Trainer:
             for _ in self.run_steps(self.tc.steps - start, result):
                 pass
         finally:
-            self.checkpointer.wait()  # the last checkpoint is complete before the job ends
+            with self.stop.busy():  # the last checkpoint is complete before the job ends
+                self.checkpointer.wait()
         return result
 
     def run_steps(self, count: int, result: TrainResult | None = None) -> Iterator[int]:
@@ -254,6 +255,7 @@ class Trainer:
         global_batch = self.tc.batch_size * self.tc.grad_accum * self.world_size
         for _ in range(count):
             step = self.step + 1
+            self.stop.step_started()
             self.faults.before_step(step)
             with self.meter.data_wait():
                 micro_batches = [self.data.next() for _ in range(self.tc.grad_accum)]
@@ -274,7 +276,7 @@ class Trainer:
                 window_steps = 0
                 self.stop.agree(self.device, self.world_size)
             if step % self.tc.checkpoint_every == 0 or last or self.stop.requested:
-                with self.meter.excluded():
+                with self.meter.excluded(), self.stop.busy():
                     result.last_checkpoint = self.save() or result.last_checkpoint
             result.final_step = step
             yield step

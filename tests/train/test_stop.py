@@ -1,4 +1,5 @@
-"""A stop signal asks for a checkpoint and a clean exit; it is never an immediate death."""
+"""A stop signal asks for a checkpoint and a clean exit; it is never an immediate death, unless
+the rank is stuck: SIGTERM and no step for a few step times."""
 
 from __future__ import annotations
 
@@ -35,3 +36,61 @@ def test_one_rank_agrees_with_itself():
     assert stop.agree(torch.device("cpu"), world_size=1) is False
     stop.requested = True
     assert stop.agree(torch.device("cpu"), world_size=1) is True
+
+
+RANK = """
+import sys, time
+from ffjobs.train.stop import StopRequest
+stop = StopRequest(rank=1)
+stop.install()
+for _ in range(5):  # a few 50 ms steps: the grace is max(1 s, 3 x 50 ms)
+    stop.step_started()
+    time.sleep(0.05)
+print("ready", flush=True)
+if sys.argv[1] == "hang":
+    time.sleep(60)  # a peer died: this rank never starts another step
+else:
+    for _ in range(60):  # a live rank: steps keep starting until the loop reads the request
+        stop.step_started()
+        time.sleep(0.05)
+        if stop.requested:
+            print("checkpoint and stop", flush=True)
+            sys.exit(0)
+"""
+
+
+def _rank_after_sigterm(mode: str) -> tuple[int, str, float]:
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", RANK, mode], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout.readline().strip() == "ready"
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    return proc.returncode, out + err, time.monotonic() - sent
+
+
+def test_a_stuck_rank_exits_soon_after_sigterm_instead_of_waiting_for_sigkill():
+    code, output, seconds = _rank_after_sigterm("hang")
+    assert code == 128 + signal.SIGTERM, output
+    assert "no training step started within 1.0 s" in output
+    assert seconds < 10  # the grace is 1 s; SLURM's SIGKILL would come after KillWait (30 s)
+
+
+def test_a_live_rank_still_checkpoints_and_stops_after_sigterm():
+    code, output, _ = _rank_after_sigterm("live")
+    assert code == 0 and "checkpoint and stop" in output, output
+
+
+def test_grace_is_a_few_step_times_and_long_before_any_step_time_is_known():
+    from ffjobs.train.stop import MIN_GRACE_S, UNKNOWN_STEP_GRACE_S
+
+    stop = StopRequest(rank=0)
+    assert stop.grace_s() == UNKNOWN_STEP_GRACE_S
+    stop._step_starts = [0.0, 50.0, 52.0, 54.0, 56.0]  # a 50 s first step (compile), then 2 s
+    assert stop.grace_s() == 6.0
+    stop._step_starts = [0.0, 0.1, 0.2, 0.3]
+    assert stop.grace_s() == MIN_GRACE_S
