@@ -31,6 +31,19 @@ def validate_stage(config: Config, run: Run) -> StageOutcome:
     )
     check_dataset_fingerprint(run, report.fingerprint)
     paths = write_report(report, run.stage_dir("validation") / "report.json")
+    run.logger.log_dataset(
+        name=dataset_name(data.source),
+        digest=report.fingerprint,
+        source=data.source,
+        profile={
+            "files": report.files,
+            "identities": report.identities,
+            "bad_files": report.bad_files,
+            "quarantined": len(report.quarantine),
+            "bad_fraction": report.bad_fraction,
+            "passed": report.passed,
+        },
+    )
     summary = (
         f"{report.files} images, {report.identities} identities, "
         f"{len(report.quarantine)} quarantined, fingerprint {report.fingerprint[:12]}"
@@ -51,3 +64,8 @@ def validate_stage(config: Config, run: Run) -> StageOutcome:
             "quarantine": str(paths["quarantine"]),
         },
     )
+
+
+def dataset_name(source: str) -> str:
+    """The dataset's name in MLflow: the last part of its path or ``s3://`` prefix."""
+    return source.rstrip("/").rsplit("/", 1)[-1] or source

@@ -88,8 +88,14 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from ffjobs.tracking.mlflow_logger import deliver_pending
+
     run_dir = find_run_dir(args.run_key, config_from_args(args).runs_dir)
+    record, config = load_record(run_dir)
+    # records a crashed or cut-off writer left in the run's spool reach MLflow now
+    undelivered = deliver_pending(config.tracking, record.get("mlflow_run_id"), run_dir)
     summary = run_summary(run_dir)
+    summary["tracking_undelivered"] = undelivered
     if args.json:
         print_json(summary)
         return ExitCode.OK
@@ -112,6 +118,8 @@ def _show(args: argparse.Namespace) -> int:
         where = "none yet"
     print(f"  checkpoints    {summary['checkpoint_dir']}: latest verified {where}")
     print(f"  MLflow         {summary['mlflow'] or 'not tracked'}")
+    if undelivered:
+        print(f"  tracking       {undelivered} record(s) still undelivered in {run_dir}/tracking")
     return ExitCode.OK
 
 

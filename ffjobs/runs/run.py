@@ -29,7 +29,16 @@ from typing import Any
 
 from ffjobs.config import Config, config_from_dict
 from ffjobs.errors import ExitCode, UserError
-from ffjobs.tracking.mlflow_logger import RunLogger, end_run, reopen_run, run_link, start_run
+from ffjobs.tracking.mlflow_logger import (
+    RunLogger,
+    deliver_pending,
+    end_run,
+    environment_tags,
+    reopen_run,
+    run_link,
+    start_run,
+    tracking_dir,
+)
 
 RUN_FILE = "run.json"
 CONFIG_FILE = "config.json"
@@ -103,14 +112,31 @@ class Run:
     """Keep stdout clean for a final JSON document: ranks print to stderr."""
     outcomes: list[StageOutcome] = field(default_factory=list)
     """The stages of this process's pass (the record keeps every pass's latest per stage)."""
+    _logger: RunLogger | None = field(default=None, repr=False)
 
     @property
     def mlflow_run_id(self) -> str | None:
         return self.record.get("mlflow_run_id")
 
     @property
+    def tracking_dir(self) -> Path:
+        """Where every writer of this run spools what it logs (``<run dir>/tracking``)."""
+        return tracking_dir(self.dir)
+
+    @property
     def logger(self) -> RunLogger:
-        return RunLogger(self.config.tracking, self.mlflow_run_id)
+        """This process's logger into the run's MLflow run (one per process and run id)."""
+        if self._logger is None or self._logger.run_id != self.mlflow_run_id:
+            self._logger = RunLogger(self.config.tracking, self.mlflow_run_id, self.tracking_dir)
+        return self._logger
+
+    def deliver_tracking(self) -> int:
+        """Flush this process's logger, then deliver what any writer of the run left in its
+        spool; return how many records are still pending."""
+        if self._logger is not None:
+            self._logger.close()
+            self._logger = None
+        return deliver_pending(self.config.tracking, self.mlflow_run_id, self.dir)
 
     @property
     def checkpoint_dir(self) -> str:
@@ -177,10 +203,21 @@ def create_run(
     }
     run = Run(key, run_dir, config, record, owner=True, echo=echo, quiet_stdout=quiet_stdout)
     run.save()
-    mlflow_tags = {"ffjobs.run_key": key, "ffjobs.run_dir": str(run_dir), **(tags or {})}
-    record["mlflow_run_id"] = start_run(config.tracking, key, config.to_dict(), mlflow_tags)
-    run.save()
+    mlflow_tags = {
+        "ffjobs.run_key": key,
+        "ffjobs.run_dir": str(run_dir),
+        **environment_tags(),
+        **(tags or {}),
+    }
+    _start_tracking(run, mlflow_tags)
     return run
+
+
+def _start_tracking(run: Run, tags: dict[str, str]) -> None:
+    """Create the run's MLflow run and log the resolved config into it."""
+    run.record["mlflow_run_id"] = start_run(run.config.tracking, run.key, tags)
+    run.save()
+    run.logger.log_params(run.config.to_dict())
 
 
 def find_run_dir(key: str, runs_dir: str | Path) -> Path:
@@ -247,9 +284,11 @@ def resume_run(
     run = Run(key, run_dir, config, record, owner=True, echo=echo, quiet_stdout=quiet_stdout)
     if run.mlflow_run_id is not None:
         reopen_run(config.tracking, run.mlflow_run_id)
+        run.deliver_tracking()  # what an earlier pass could not deliver goes first
+        run.logger.set_tags(environment_tags())  # a resume from another DAG run says so
+        run.save()
     elif config.tracking.enabled:  # tracking was off or unreachable when the run started
-        record["mlflow_run_id"] = start_run(config.tracking, key, config.to_dict(), {})
-    run.save()
+        _start_tracking(run, {"ffjobs.run_key": key, "ffjobs.run_dir": str(run_dir)})
     return run
 
 
@@ -257,10 +296,13 @@ def finish_run(run: Run, status: str, *, end_tracking: bool | None = None) -> No
     """Record the run's end (``FINISHED`` or ``FAILED``) and end its MLflow run.
 
     Only the owner ends the MLflow run, unless ``end_tracking`` says otherwise: the last
-    Airflow task of a DAG run ends it on behalf of the first, which created it.
+    Airflow task of a DAG run ends it on behalf of the first, which created it. Before it does,
+    every spool of the run is delivered (what the server could not take stays spooled, and
+    ``ffjobs runs show`` or a resumed pass delivers it later).
     """
     run.record["status"] = {"FINISHED": "passed", "FAILED": "failed"}.get(status, status.lower())
     run.save()
+    run.deliver_tracking()
     if run.owner if end_tracking is None else end_tracking:
         end_run(run.config.tracking, run.mlflow_run_id, status)
 

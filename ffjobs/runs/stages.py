@@ -82,9 +82,13 @@ def run_stage(config: Config, run: Run, name: str, **options: Any) -> StageOutco
     run.record_outcome(outcome)
     run.echo(f"[{outcome.status:>7}] {name:<9} {outcome.seconds:6.1f}s  {outcome.summary}")
     logger = run.logger
-    # one step per pass over the run, so a resumed run adds points instead of duplicating them
-    step = int(run.record.get("passes", 1)) - 1
-    logger.log_metrics({f"{name}_seconds": outcome.seconds, **outcome.metrics}, step=step)
+    # one step per time the stage ran in this run (a resumed pass, an Airflow retry): each one
+    # adds a point, none overwrites or repeats another
+    runs_of_stage = run.record.setdefault("stage_runs", {})
+    runs_of_stage[name] = step = int(runs_of_stage.get(name, 0)) + 1
+    run.save()
+    logger.log_metrics({f"{name}_seconds": outcome.seconds, **outcome.metrics}, step=step - 1)
     logger.set_tags({f"ffjobs.{name}": outcome.status})
     logger.log_artifacts(outcome.artifacts, name)
+    logger.flush()  # bounded: in an outage the records wait in the run's spool
     return outcome

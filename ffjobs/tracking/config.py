@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -12,6 +12,9 @@ class TrackingConfig:
     """MLflow tracking URI: ``http://host:port`` for a server, ``sqlite:///...`` locally."""
     artifact_location: str | None = None
     experiment: str = "ffjobs"
+    system_metrics_interval_s: float = field(default=10.0, metadata={"ge": 0.0})
+    """Seconds between samples of each training node's CPU, memory and GPUs
+    (``system/<node>/...``); 0: not sampled."""
 
 
 @dataclass

@@ -4,29 +4,71 @@ is handed and only logs into it.
 
 Everything goes through ``MlflowClient`` with an explicit run id, never through MLflow's
 process-global "active run", so attaching can never end or re-open a run by accident.
-MLflow is imported lazily, so the GPU image (no MLflow) still trains. If tracking is disabled
-the functions are no-ops; if MLflow is missing or the server fails, the work goes on and the
-logger warns once, naming the cause, then stops trying.
+MLflow is imported lazily, so the GPU image (no MLflow) still trains.
+
+A :class:`RunLogger` never talks to the server on the caller's thread: it appends each record
+to its spool in the run directory (:mod:`ffjobs.tracking.spool`) and a background thread ships
+it (:mod:`ffjobs.tracking.shipper`). An outage costs a training step nothing, warns once and
+loses nothing: whatever a process could not deliver is delivered by the next one that tries
+(the owner before it ends the run, ``ffjobs runs show``, the next stage). Params, tags, files
+and the dataset go the same way as metrics; all of it is redacted on the way out
+(:mod:`ffjobs.tracking.redact`).
+
+MLflow's HTTP client would retry a failed call for minutes; ffjobs retries by itself (the
+spool), so unless set otherwise a call fails after :data:`HTTP_RETRIES` retries and
+:data:`HTTP_TIMEOUT_S` of silence.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ffjobs.tracking.config import TrackingConfig
+from ffjobs.tracking.delivery import deliver, deliver_run
+from ffjobs.tracking.redact import redact_mapping
+from ffjobs.tracking.shipper import Shipper, TrackingWarning, Unavailable
+from ffjobs.tracking.spool import SPOOL_DIR, Spool, logged_steps, writer_name
 
-PARAM_BATCH = 100
-"""MLflow's limit of params per ``log_batch`` call."""
-PARAM_VALUE_LIMIT = 500
+__all__ = [
+    "RunLogger",
+    "TrackingWarning",
+    "deliver_pending",
+    "end_run",
+    "environment_tags",
+    "flatten",
+    "reopen_run",
+    "run_link",
+    "start_run",
+    "tracking_dir",
+]
+
+HTTP_RETRIES = 2
+HTTP_TIMEOUT_S = 30
+"""MLflow HTTP retries and socket timeout in ffjobs processes (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``
+and ``MLFLOW_HTTP_REQUEST_TIMEOUT`` win when set)."""
+FLUSH_TIMEOUT_S = 30.0
+"""How long a process waits at its end for its spool to go out before leaving it to the owner."""
 
 
-class TrackingWarning(UserWarning):
-    """Tracking failed; the work continues without it."""
+AIRFLOW_TAGS = {"airflow.dag_id": "AIRFLOW_CTX_DAG_ID", "airflow.run_id": "AIRFLOW_CTX_DAG_RUN_ID"}
+"""Tags linking a run to the Airflow DAG run it was started in, from the variables Airflow sets
+for a task's process (and its subprocesses: an ``ffjobs`` command in a task)."""
+
+
+def environment_tags(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """:data:`AIRFLOW_TAGS` whose variables are set in ``environ`` (default: this process's)."""
+    environ = os.environ if environ is None else environ
+    return {tag: environ[name] for tag, name in AIRFLOW_TAGS.items() if environ.get(name)}
+
+
+def tracking_dir(run_dir: str | Path) -> Path:
+    """Where a run's spools are: ``<run dir>/tracking``."""
+    return Path(run_dir) / SPOOL_DIR
 
 
 def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -45,6 +87,8 @@ def _client(tracking: TrackingConfig):
     # MLflow prints "View run ... at: <url>" on stdout when a run on a server ends; stdout is
     # the --json document's, and ffjobs prints the run's link itself
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(HTTP_RETRIES))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(HTTP_TIMEOUT_S))
     from mlflow.tracking import MlflowClient
 
     _ensure_sqlite_parent(tracking.tracking_uri)
@@ -52,21 +96,16 @@ def _client(tracking: TrackingConfig):
 
 
 def start_run(
-    tracking: TrackingConfig,
-    run_name: str,
-    params: Mapping[str, Any],
-    tags: Mapping[str, str] | None = None,
+    tracking: TrackingConfig, run_name: str, tags: Mapping[str, str] | None = None
 ) -> str | None:
     """Create the MLflow run of a new pipeline run (the owner's call); return its id.
 
-    ``params`` (the resolved config) are logged flattened. ``None`` when tracking is disabled
-    or the tracking server cannot be reached (with one warning).
+    The params (the resolved config) follow through the run's :class:`RunLogger`. ``None``
+    when tracking is disabled or the tracking server cannot be reached (with one warning).
     """
     if not tracking.enabled:
         return None
     try:
-        from mlflow.entities import Param, RunTag
-
         client = _client(tracking)
         experiment = client.get_experiment_by_name(tracking.experiment)
         experiment_id = (
@@ -76,14 +115,7 @@ def start_run(
                 tracking.experiment, artifact_location=tracking.artifact_location
             )
         )
-        run = client.create_run(experiment_id, run_name=run_name, tags=dict(tags or {}))
-        flat = [
-            Param(key, str(value)[:PARAM_VALUE_LIMIT]) for key, value in flatten(params).items()
-        ]
-        for i in range(0, len(flat), PARAM_BATCH):
-            client.log_batch(run.info.run_id, params=flat[i : i + PARAM_BATCH])
-        if tags:
-            client.log_batch(run.info.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        run = client.create_run(experiment_id, run_name=run_name, tags=redact_mapping(tags or {}))
         return run.info.run_id
     except Exception as exc:  # tracking must never take the work down
         _warn(f"cannot start an MLflow run at {tracking.tracking_uri}: {exc}")
@@ -100,6 +132,30 @@ def reopen_run(tracking: TrackingConfig, run_id: str) -> bool:
     except Exception as exc:
         _warn(f"cannot reopen MLflow run {run_id} at {tracking.tracking_uri}: {exc}")
         return False
+
+
+def deliver_pending(tracking: TrackingConfig, run_id: str | None, run_dir: str | Path) -> int:
+    """Send what any writer of the run left undelivered in its spool (the owner's call, and
+    ``ffjobs runs show``'s); return how many records are still pending (0: all delivered).
+
+    An unreachable server is one warning; the records stay for the next try.
+    """
+    directory = tracking_dir(run_dir)
+    if not tracking.enabled or run_id is None or not directory.is_dir():
+        return 0
+    try:
+        client = _client(tracking)
+        _, left = deliver_run(client, run_id, directory)
+        return left
+    except Exception as exc:
+        from ffjobs.tracking.spool import run_spools
+
+        left = sum(len(spool.pending()) for spool in run_spools(directory))
+        _warn(
+            f"delivering {left} spooled record(s) of {run_dir} to {tracking.tracking_uri} "
+            f"failed: {exc}; they stay in {directory} for the next try"
+        )
+        return left
 
 
 def end_run(tracking: TrackingConfig, run_id: str | None, status: str = "FINISHED") -> None:
@@ -127,68 +183,136 @@ def run_link(tracking: TrackingConfig, run_id: str | None) -> str | None:
 
 
 class RunLogger:
-    """Logs metrics, tags and artifacts into one existing MLflow run, by id.
+    """Logs metrics, params, tags, files and the dataset into one existing MLflow run, by id.
 
-    It never starts or ends the run: that is its owner's business. With ``run_id=None``
-    (tracking off, a rank other than 0, or no run to attach to) every method is a no-op.
+    It never starts or ends the run: that is its owner's business. Each call appends to this
+    process's spool in ``spool_dir`` (the run's :func:`tracking_dir`) and returns; a background
+    thread delivers. With ``run_id=None`` or ``spool_dir=None`` (tracking off, a rank other
+    than 0, no run to attach to) every method is a no-op.
+
+    A metric's steps only go forward within a run: a step at or below the highest one any
+    writer of the run already logged for that metric (an earlier attempt that failed after its
+    last checkpoint, whose steps a retry trains again) is not logged a second time; the first
+    attempt's value stands.
     """
 
-    def __init__(self, tracking: TrackingConfig, run_id: str | None):
+    def __init__(
+        self,
+        tracking: TrackingConfig,
+        run_id: str | None,
+        spool_dir: str | Path | None,
+        *,
+        role: str = "owner",
+    ):
         self.tracking = tracking
-        self.run_id = run_id if tracking.enabled else None
+        self.run_id = run_id if tracking.enabled and spool_dir is not None else None
+        self.spool_dir = Path(spool_dir) if spool_dir is not None else None
+        self._role = role
+        self._spool: Spool | None = None
+        self._shipper: Shipper | None = None
+        self._highest: dict[str, int] | None = None
+        self._lock = threading.Lock()
         self._client: Any = None
 
     @property
     def active(self) -> bool:
         return self.run_id is not None
 
-    def _get_client(self) -> Any:
-        if self._client is None:
-            self._client = _client(self.tracking)
-        return self._client
+    @property
+    def spool(self) -> Spool | None:
+        return self._spool
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        if self.run_id is None:
+        if self.run_id is None or not metrics:
             return
-        try:
-            from mlflow.entities import Metric
-
-            now = int(time.time() * 1000)
-            batch = [
-                Metric(key.replace("/", "_"), float(value), now, step)
+        with self._lock:
+            if self._highest is None:
+                self._highest = logged_steps(self.spool_dir)
+            values = {
+                key: float(value)
                 for key, value in metrics.items()
-            ]
-            self._get_client().log_batch(self.run_id, metrics=batch)
-        except Exception as exc:
-            self._disable(f"logging metrics to {self.tracking.tracking_uri} failed: {exc}")
+                if step > self._highest.get(key, step - 1)
+            }
+            for key in values:
+                self._highest[key] = step
+        if values:
+            now = int(time.time() * 1000)
+            self._record({"kind": "metrics", "step": int(step), "timestamp": now, "values": values})
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Params, flattened (``{"train": {"lr": 1}}`` -> ``train.lr``); values as strings."""
+        if self.run_id is None or not params:
+            return
+        flat = {key: "" if value is None else str(value) for key, value in flatten(params).items()}
+        self._record({"kind": "params", "params": flat})
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         if self.run_id is None or not tags:
             return
-        try:
-            from mlflow.entities import RunTag
-
-            batch = [RunTag(key, str(value)) for key, value in tags.items()]
-            self._get_client().log_batch(self.run_id, tags=batch)
-        except Exception as exc:
-            self._disable(f"setting tags on {self.tracking.tracking_uri} failed: {exc}")
+        self._record({"kind": "tags", "tags": {key: str(value) for key, value in tags.items()}})
 
     def log_artifacts(self, paths: list[str], artifact_path: str | None = None) -> None:
         """Upload files (reports, plots) into the run, under ``artifact_path``."""
+        if self.run_id is None or not paths:
+            return
+        absolute = [str(Path(path).resolve()) for path in paths]
+        self._record({"kind": "artifacts", "paths": absolute, "artifact_path": artifact_path})
+
+    def log_dataset(
+        self,
+        name: str,
+        digest: str,
+        source: str,
+        profile: Mapping[str, Any],
+        context: str = "training",
+    ) -> None:
+        """The dataset the run uses, as an MLflow dataset input (``context`` is its tag)."""
         if self.run_id is None:
             return
-        try:
-            for path in paths:
-                self._get_client().log_artifact(self.run_id, path, artifact_path=artifact_path)
-        except Exception as exc:
-            self._disable(f"uploading artifacts to {self.tracking.tracking_uri} failed: {exc}")
+        source_type = "s3" if source.startswith("s3://") else "local"
+        self._record(
+            {
+                "kind": "dataset",
+                "name": name,
+                "digest": digest,
+                "source": source,
+                "source_type": source_type,
+                "profile": dict(profile),
+                "context": context,
+            }
+        )
 
-    def _disable(self, reason: str) -> None:
-        _warn(reason)
-        self.run_id = None
+    def flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> bool:
+        """Wait (at most ``timeout_s``) for what was logged to reach the server; False if some
+        of it is still only in the spool (an outage)."""
+        return self._shipper.flush(timeout_s) if self._shipper is not None else True
+
+    def close(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """A last delivery attempt; what stays undelivered waits in the spool for the owner."""
+        if self._shipper is not None:
+            self._shipper.close(timeout_s)
+
+    def _record(self, record: dict[str, Any]) -> None:
+        if self._spool is None:
+            self._spool = Spool.for_writer(self.spool_dir, writer_name(self._role))
+            where = self.tracking.tracking_uri
+            self._shipper = Shipper(self._deliver, where, str(self._spool.path))
+        self._spool.append(record)
+        self._shipper.nudge()
+
+    def _deliver(self) -> int:
+        if self._client is None:
+            try:
+                self._client = _client(self.tracking)
+            except ImportError as exc:
+                raise Unavailable(f"MLflow is not importable here ({exc})") from None
+        sent, _ = deliver(self._client, self.run_id, self._spool)
+        return sent
 
 
 def _warn(reason: str) -> None:
+    import warnings
+
     warnings.warn(
         f"{reason}; continuing without tracking (set tracking.enabled=false to silence)",
         TrackingWarning,

@@ -21,6 +21,9 @@ class TrainJob:
     """This run's checkpoint folder (``<train.checkpoint_dir>/<run key>``), local or s3://."""
     mlflow_run_id: str | None = None
     """The pipeline's MLflow run; rank 0 attaches to it (never starts or ends it)."""
+    tracking_dir: str | None = None
+    """The run's tracking spool folder (``<run dir>/tracking``): rank 0 of each node spools what
+    it logs there first, so an outage or a crash loses nothing (see ``ffjobs.tracking``)."""
     quarantine: str | None = None
     """File listing the images validation rejected; the training index skips them."""
     data: str = "dataset"

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ffjobs.config import Config
 from ffjobs.errors import ExitCode
 from ffjobs.runs.run import Run, StageOutcome
+from ffjobs.train.attempts import (
+    attempts_file,
+    local_attempt,
+    read_attempts,
+    record_attempt,
+    run_goodput,
+)
 from ffjobs.train.job import TrainJob
 
 
@@ -41,12 +49,14 @@ def train_stage(
         config,
         run.checkpoint_dir,
         mlflow_run_id=run.mlflow_run_id,
+        tracking_dir=str(run.tracking_dir.resolve()),
         quarantine=run.facts("validate").get("quarantine"),
         data=data,
     )
     if config.slurm.executor == "slurm":
         return _train_on_slurm(config, run, job, wait=wait)
     log_dir = run.stage_dir("train") / "logs"
+    started_at, start_step = time.time(), _checkpoint_step(run)
     try:
         if launched_rank():  # torchrun/srun started this process as rank 0 of the job
             result = run_rank(job)
@@ -55,15 +65,19 @@ def train_stage(
                 job, config.slurm.tasks_per_node, log_dir=log_dir, quiet_stdout=run.quiet_stdout
             )
     except LaunchFailed as exc:
+        summary = str(exc).splitlines()[0]
+        _record_local_attempt(run, started_at, start_step, summary)
         return StageOutcome(
             "train",
             "failed",
             0.0,
-            str(exc).splitlines()[0],
+            summary,
             ExitCode.FAILED,
             facts={"log": str(exc.log), "failed_rank": exc.rank},
         )
     start, final = result.get("start_step"), result.get("final_step")
+    if start != final or read_attempts(run):  # a launch that trained, or one after a failure
+        _record_local_attempt(run, started_at, start_step, None, final)
     facts = {
         "checkpoint": result.get("last_checkpoint"),
         "checkpoint_dir": run.checkpoint_dir,
@@ -98,19 +112,35 @@ def train_stage(
     return StageOutcome("train", "passed", 0.0, summary, facts=facts)
 
 
+def _checkpoint_step(run: Run) -> int:
+    from ffjobs.train.checkpoint import Checkpointer
+
+    ref = Checkpointer(run.checkpoint_dir).latest_verified()
+    return ref.step if ref else 0
+
+
+def _record_local_attempt(
+    run: Run, started_at: float, start_step: int, failure: str | None, final: int | None = None
+) -> None:
+    """The launch that just ended as an attempt of the run, and the run's goodput so far."""
+    attempt = local_attempt(
+        run, started_at=started_at, start_step=start_step, failure=failure, final_step=final
+    )
+    logger = run.logger
+    record_attempt(run, logger, attempt)
+    logger.log_metrics({"goodput": run_goodput(run)}, step=attempt.number)
+
+
 def _train_on_slurm(config: Config, run: Run, job: TrainJob, *, wait: bool) -> StageOutcome:
     """Submit the job to SLURM and supervise it: retry retryable failures from the newest
     verified checkpoint with suspect nodes excluded; every attempt is recorded in
     ``<run>/train/attempts.jsonl`` and in the run's MLflow run."""
-    import json
-
     from ffjobs.slurm.jobstate import poll_jobs
     from ffjobs.slurm.supervisor import RetryPolicy, supervise
     from ffjobs.slurm.training import SlurmAttempts
     from ffjobs.train.checkpoint import Checkpointer
 
     slurm = config.slurm
-    attempts_file = run.stage_dir("train") / "attempts.jsonl"
     jobs = run.record.setdefault("slurm_jobs", [])
     logger = run.logger
 
@@ -120,16 +150,7 @@ def _train_on_slurm(config: Config, run: Run, job: TrainJob, *, wait: bool) -> S
         logger.set_tags({"slurm.job_ids": ",".join(j["job_id"] for j in jobs)})
 
     def record(attempt) -> None:
-        with attempts_file.open("a") as out:
-            out.write(json.dumps(attempt.to_dict(), default=str) + "\n")
-        logger.log_metrics(
-            {
-                "attempt_steps_lost": attempt.steps_lost,
-                "attempt_seconds_lost": attempt.seconds_lost,
-            },
-            step=attempt.number,
-        )
-        logger.set_tags({f"ffjobs.attempt.{attempt.number}": f"{attempt.job_id} {attempt.summary}"})
+        record_attempt(run, logger, attempt)
 
     live = None  # a job of this run still queued or running is attached to, never duplicated
     if jobs and not poll_jobs([jobs[-1]["job_id"]])[jobs[-1]["job_id"]].is_terminal:
@@ -171,7 +192,7 @@ def _train_on_slurm(config: Config, run: Run, job: TrainJob, *, wait: bool) -> S
         "final_step": ref.step if ref else None,
         "attempts": len(outcome.attempts),
         "goodput": outcome.goodput,
-        "attempt_log": str(attempts_file),
+        "attempt_log": str(attempts_file(run)),
         "excluded": list(outcome.exclude),
     }
     if outcome.succeeded:

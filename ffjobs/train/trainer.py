@@ -131,7 +131,7 @@ class Trainer:
             depth=tc.grad_accum,
         )
         # attached to the run's MLflow run by its owner (rank 0 only); never started or ended here
-        self.logger = logger if logger is not None else RunLogger(config.tracking, None)
+        self.logger = logger if logger is not None else RunLogger(config.tracking, None, None)
         self.meter = ThroughputMeter(device, self.comm)
         self.flops_per_image = flops_per_image
         self.step = 0
@@ -300,7 +300,9 @@ class Trainer:
         if self.env.rank == 0:
             if self.tc.progress:
                 print(format_progress(step, self.tc.steps, metrics), flush=True)
-            self.logger.log_metrics({k: v for k, v in metrics.items() if k != "step"}, step)
+            # MLflow names without "/" (loss_identity): the UI groups "/" names into sections
+            tracked = {k.replace("/", "_"): v for k, v in metrics.items() if k != "step"}
+            self.logger.log_metrics(tracked, step)
         return metrics
 
     # ----------------------------------------------------------------------------- checkpoints

@@ -72,7 +72,8 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
     try:
         dataset = build_train_dataset(config, job.data, env.world_size, job.quarantine)
         tracked = env.rank == 0 and job.mode == "train"
-        logger = RunLogger(config.tracking, job.mlflow_run_id if tracked else None)
+        run_id = job.mlflow_run_id if tracked else None
+        logger = RunLogger(config.tracking, run_id, job.tracking_dir, role="train")
         trainer = Trainer(
             config,
             env,
@@ -86,7 +87,13 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
             from ffjobs.bench.train import bench_rank
 
             return bench_rank(trainer, **job.bench)
-        result = trainer.train()
+        sampler = _system_sampler(config, job, env, logger, lambda: trainer.step)
+        try:
+            result = trainer.train()
+        finally:
+            sampler.stop()
+            sampler.logger.close()
+            logger.close()  # a last delivery; what the server did not take stays spooled
         out = asdict(result)
         out.update(
             world_size=env.world_size,
@@ -97,6 +104,19 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
         return out
     finally:
         compute_cleanup()
+
+
+def _system_sampler(config: Config, job: TrainJob, env, logger: RunLogger, step) -> Any:
+    """The node's system metrics sampler: on the first rank of each node, into the run."""
+    from ffjobs.tracking.system_metrics import SystemSampler
+
+    interval = config.tracking.system_metrics_interval_s if env.local_rank == 0 else 0.0
+    if env.rank != 0 and interval > 0:  # another node's first rank: a writer of its own
+        logger = RunLogger(config.tracking, job.mlflow_run_id, job.tracking_dir, role="system")
+    try:
+        return SystemSampler(logger, interval, step).start()
+    except ImportError:  # psutil missing from this image: no system metrics
+        return SystemSampler(logger, 0.0, step)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,7 @@
 """MLflow runs with one owner, against a real MLflow store: the owner starts and ends a run,
-attached loggers only log into it; failures warn once and never stop the work."""
+attached loggers only log into it (through their spool); failures never stop the work."""
 
 from __future__ import annotations
-
-import warnings
 
 import pytest
 
@@ -12,6 +10,7 @@ from ffjobs.tracking.mlflow_logger import (
     RunLogger,
     TrackingWarning,
     end_run,
+    environment_tags,
     flatten,
     reopen_run,
     start_run,
@@ -33,11 +32,19 @@ def test_owner_starts_and_ends_attached_loggers_only_log(tmp_path):
         artifact_location=str(tmp_path / "artifacts"),
         experiment="t",
     )
-    run_id = start_run(config, "key-1", {"train": {"lr": 0.001}}, {"ffjobs.run_key": "key-1"})
-    RunLogger(config, run_id).log_metrics({"loss/identity": 0.5, "images_per_s": 10.0}, step=2)
+    spool = tmp_path / "run" / "tracking"
+    run_id = start_run(config, "key-1", {"ffjobs.run_key": "key-1"})
+    logger = RunLogger(config, run_id, spool)
+    logger.log_params({"train": {"lr": 0.001}})
+    logger.log_metrics({"loss_identity": 0.5, "images_per_s": 10.0}, step=2)
+    assert logger.flush(30)
     client = mlflow.MlflowClient(config.tracking_uri)
     assert client.get_run(run_id).info.status == "RUNNING"  # an attached logger never ends it
-    RunLogger(config, run_id).log_metrics({"loss/identity": 0.25}, step=4)
+    second = RunLogger(config, run_id, spool)
+    second.log_metrics({"loss_identity": 0.25}, step=4)
+    second.log_metrics({"loss_identity": 0.75}, step=4)  # a step is recorded once
+    second.close(30)
+    logger.close(30)
     end_run(config, run_id, "FINISHED")
 
     run = client.get_run(run_id)
@@ -53,25 +60,27 @@ def test_owner_starts_and_ends_attached_loggers_only_log(tmp_path):
 
 
 def test_no_run_and_disabled_tracking_do_nothing(tmp_path):
-    assert RunLogger(TrackingConfig(), None).active is False
-    assert RunLogger(TrackingConfig(enabled=False), "abc").active is False
+    assert RunLogger(TrackingConfig(), None, tmp_path).active is False
+    assert RunLogger(TrackingConfig(), "abc", None).active is False
+    assert RunLogger(TrackingConfig(enabled=False), "abc", tmp_path).active is False
     disabled = TrackingConfig(enabled=False, tracking_uri=f"sqlite:///{tmp_path / 'x.db'}")
-    assert start_run(disabled, "k", {}) is None
+    assert start_run(disabled, "k") is None
     assert not (tmp_path / "x.db").exists()
 
 
-def test_unreachable_server_warns_once_and_the_work_goes_on(monkeypatch):
+def test_unreachable_server_at_start_warns_and_the_work_goes_on(monkeypatch):
     pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
     # a closed loopback port: the tracking server is down
     config = TrackingConfig(tracking_uri="http://127.0.0.1:9")
     with pytest.warns(TrackingWarning, match="127.0.0.1:9"):
-        assert start_run(config, "run", {"a": 1}) is None
-    logger = RunLogger(config, "some-run-id")
-    with pytest.warns(TrackingWarning, match="127.0.0.1:9"):
-        logger.log_metrics({"x": 1.0}, step=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no second warning
-        logger.log_metrics({"x": 2.0}, step=2)
-        logger.set_tags({"a": "b"})
+        assert start_run(config, "run", {"a": "b"}) is None
+
+
+def test_airflow_tags_come_from_the_task_environment():
+    environ = {"AIRFLOW_CTX_DAG_ID": "ffjobs_pipeline", "AIRFLOW_CTX_DAG_RUN_ID": "manual__1"}
+    assert environment_tags(environ) == {
+        "airflow.dag_id": "ffjobs_pipeline",
+        "airflow.run_id": "manual__1",
+    }
+    assert environment_tags({}) == {}
