@@ -1,0 +1,116 @@
+"""Acceptance against a real MLflow server and real CPU training on two local ranks: a tracking
+outage in the middle of training loses and duplicates nothing and warns once; a failed attempt
+retried from its checkpoint leaves one MLflow run with both attempts, goodput below 1 and every
+metric step exactly once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from train.helpers import TINY_MODEL  # tests/ is on sys.path (rootdir conftest)
+
+from ffjobs.config import load_config
+from ffjobs.runs.run import create_run, finish_run, resume_run
+from ffjobs.runs.stages import run_stage
+from ffjobs.tracking.spool import logged_steps
+
+mlflow = pytest.importorskip("mlflow")
+
+
+def _config(tmp_path, uri: str, *overrides: str):
+    """The tiny CPU model with a random frozen identity encoder (what is tracked, not what is
+    learnt, matters here: no pre-training), every step logged, tracking into ``uri``."""
+    return load_config(
+        "local",
+        [
+            *TINY_MODEL,
+            "model.identity_weights=null",
+            "train.batch_size=2",
+            "train.log_every=1",
+            "train.precision=fp32",
+            "train.progress=false",
+            f"train.checkpoint_dir={tmp_path / 'ckpt'}",
+            f"runs_dir={tmp_path / 'runs'}",
+            f"tracking.tracking_uri={uri}",
+            "tracking.system_metrics_interval_s=0",
+            *overrides,
+        ],
+    )
+
+
+def _history(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+
+
+@pytest.mark.slow  # a server restart during a launch of two ranks
+def test_an_outage_during_training_loses_nothing_and_warns_once(tmp_path, monkeypatch):
+    from mlflow_server import MlflowServer
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once while down
+    server = MlflowServer(tmp_path / "mlflow").start()
+    try:
+        config = _config(tmp_path, server.uri, "train.steps=24", "train.checkpoint_every=8")
+        run = create_run(config, key="outage")
+        server.stop()  # down from before the first step
+
+        def bring_back() -> None:  # back once rank 0 has logged a few steps into its spool
+            while logged_steps(run.tracking_dir).get("lr", 0) < 3:
+                time.sleep(0.05)
+            server.start()
+
+        restarter = threading.Thread(target=bring_back, daemon=True)
+        restarter.start()
+        outcome = run_stage(config, run, "train", data="memory")
+        restarter.join(120)
+        finish_run(run, "FINISHED")
+        assert outcome.status == "passed", outcome.summary
+
+        client = mlflow.MlflowClient(server.uri)
+        steps = [step for step, _ in _history(client, run.mlflow_run_id, "lr")]
+        assert steps == list(range(1, 25))  # every step, in order, once
+        assert len(_history(client, run.mlflow_run_id, "loss_identity")) == 24
+        assert client.get_run(run.mlflow_run_id).info.status == "FINISHED"
+        rank0 = (run.dir / "train" / "logs" / "rank-00000.log").read_text()
+        assert rank0.count("TrackingWarning") == 1, rank0  # one warning, not one per step
+        assert rank0.count("unreachable") == 1
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow  # two launches of two ranks: about 40 s on a busy 2-core machine
+def test_a_retried_attempt_is_one_run_with_both_attempts_and_no_step_twice(tmp_path, mlflow_server):
+    config = _config(
+        tmp_path,
+        mlflow_server.uri,
+        "train.steps=8",
+        "train.checkpoint_every=4",
+        "train.faults.raise_rank=0",
+        "train.faults.raise_at_step=7",  # after steps 5 and 6 were logged, past checkpoint 4
+    )
+    run = create_run(config, key="retried")
+    first = run_stage(config, run, "train", data="memory")
+    finish_run(run, "FAILED")
+    assert first.status == "failed"
+
+    run = resume_run("retried", config)
+    second = run_stage(config, run, "train", data="memory")
+    finish_run(run, "FINISHED")
+    assert second.status == "passed", second.summary
+
+    client = mlflow.MlflowClient(mlflow_server.uri)
+    found = client.search_runs(
+        [client.get_run(run.mlflow_run_id).info.experiment_id],
+        filter_string="tags.`ffjobs.run_key` = 'retried'",
+    )
+    assert [r.info.run_id for r in found] == [run.mlflow_run_id]  # one MLflow run
+    history = _history(client, run.mlflow_run_id, "loss_identity")
+    assert [step for step, _ in history] == list(range(1, 9))  # none lost, none twice
+    tags = client.get_run(run.mlflow_run_id).data.tags
+    assert "rank 0 ended with exit status 1" in tags["ffjobs.attempt.1"]
+    assert "succeeded: steps 4 -> 8" in tags["ffjobs.attempt.2"]
+    lost = _history(client, run.mlflow_run_id, "attempt_steps_lost")
+    assert lost == [(1, 2.0), (2, 0.0)]  # steps 5 and 6 were redone
+    goodput = _history(client, run.mlflow_run_id, "goodput")
+    assert [step for step, _ in goodput] == [1, 2] and 0 < goodput[-1][1] < 1
