@@ -130,12 +130,17 @@ class Run:
             self._logger = RunLogger(self.config.tracking, self.mlflow_run_id, self.tracking_dir)
         return self._logger
 
-    def deliver_tracking(self) -> int:
+    def deliver_tracking(self, *, create: bool = False) -> int:
         """Flush this process's logger, then deliver what any writer of the run left in its
-        spool; return how many records are still pending."""
+        spool; return how many records are still pending. With ``create`` (the process that
+        ends the run), an MLflow run that could not be created at the start (the server was
+        down) is created first, if the server answers now."""
         if self._logger is not None:
             self._logger.close()
             self._logger = None
+        if create and self.mlflow_run_id is None and self.config.tracking.enabled:
+            self.record["mlflow_run_id"] = start_run(self.config.tracking, self.key)
+            self.save()
         return deliver_pending(self.config.tracking, self.mlflow_run_id, self.dir)
 
     @property
@@ -214,9 +219,12 @@ def create_run(
 
 
 def _start_tracking(run: Run, tags: dict[str, str]) -> None:
-    """Create the run's MLflow run and log the resolved config into it."""
+    """Create the run's MLflow run and log the resolved config into it. If the server does not
+    answer, the tags and params wait in the spool with everything else the run logs."""
     run.record["mlflow_run_id"] = start_run(run.config.tracking, run.key, tags)
     run.save()
+    if run.mlflow_run_id is None:
+        run.logger.set_tags(tags)
     run.logger.log_params(run.config.to_dict())
 
 
@@ -302,8 +310,9 @@ def finish_run(run: Run, status: str, *, end_tracking: bool | None = None) -> No
     """
     run.record["status"] = {"FINISHED": "passed", "FAILED": "failed"}.get(status, status.lower())
     run.save()
-    run.deliver_tracking()
-    if run.owner if end_tracking is None else end_tracking:
+    ending = run.owner if end_tracking is None else end_tracking
+    run.deliver_tracking(create=ending)
+    if ending:
         end_run(run.config.tracking, run.mlflow_run_id, status)
 
 

@@ -118,7 +118,11 @@ def start_run(
         run = client.create_run(experiment_id, run_name=run_name, tags=redact_mapping(tags or {}))
         return run.info.run_id
     except Exception as exc:  # tracking must never take the work down
-        _warn(f"cannot start an MLflow run at {tracking.tracking_uri}: {exc}")
+        _warn(
+            f"cannot start an MLflow run at {tracking.tracking_uri}: {exc}; what the run logs is "
+            "spooled in its run directory and delivered once the server answers",
+            spooling=True,
+        )
         return None
 
 
@@ -187,8 +191,9 @@ class RunLogger:
 
     It never starts or ends the run: that is its owner's business. Each call appends to this
     process's spool in ``spool_dir`` (the run's :func:`tracking_dir`) and returns; a background
-    thread delivers. With ``run_id=None`` or ``spool_dir=None`` (tracking off, a rank other
-    than 0, no run to attach to) every method is a no-op.
+    thread delivers. With ``run_id=None`` (the server was down when the run was created) it
+    still spools, and the owner delivers once it has created the MLflow run. With tracking off
+    or ``spool_dir=None`` (a rank other than 0) every method is a no-op.
 
     A metric's steps only go forward within a run: a step at or below the highest one any
     writer of the run already logged for that metric (an earlier attempt that failed after its
@@ -205,7 +210,8 @@ class RunLogger:
         role: str = "owner",
     ):
         self.tracking = tracking
-        self.run_id = run_id if tracking.enabled and spool_dir is not None else None
+        self.enabled = tracking.enabled and spool_dir is not None
+        self.run_id = run_id if self.enabled else None
         self.spool_dir = Path(spool_dir) if spool_dir is not None else None
         self._role = role
         self._spool: Spool | None = None
@@ -216,14 +222,15 @@ class RunLogger:
 
     @property
     def active(self) -> bool:
-        return self.run_id is not None
+        """Whether calls record anything (into the spool; delivered when there is a run id)."""
+        return self.enabled
 
     @property
     def spool(self) -> Spool | None:
         return self._spool
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        if self.run_id is None or not metrics:
+        if not self.enabled or not metrics:
             return
         with self._lock:
             if self._highest is None:
@@ -241,19 +248,19 @@ class RunLogger:
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Params, flattened (``{"train": {"lr": 1}}`` -> ``train.lr``); values as strings."""
-        if self.run_id is None or not params:
+        if not self.enabled or not params:
             return
         flat = {key: "" if value is None else str(value) for key, value in flatten(params).items()}
         self._record({"kind": "params", "params": flat})
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        if self.run_id is None or not tags:
+        if not self.enabled or not tags:
             return
         self._record({"kind": "tags", "tags": {key: str(value) for key, value in tags.items()}})
 
     def log_artifacts(self, paths: list[str], artifact_path: str | None = None) -> None:
         """Upload files (reports, plots) into the run, under ``artifact_path``."""
-        if self.run_id is None or not paths:
+        if not self.enabled or not paths:
             return
         absolute = [str(Path(path).resolve()) for path in paths]
         self._record({"kind": "artifacts", "paths": absolute, "artifact_path": artifact_path})
@@ -267,7 +274,7 @@ class RunLogger:
         context: str = "training",
     ) -> None:
         """The dataset the run uses, as an MLflow dataset input (``context`` is its tag)."""
-        if self.run_id is None:
+        if not self.enabled:
             return
         source_type = "s3" if source.startswith("s3://") else "local"
         self._record(
@@ -295,10 +302,12 @@ class RunLogger:
     def _record(self, record: dict[str, Any]) -> None:
         if self._spool is None:
             self._spool = Spool.for_writer(self.spool_dir, writer_name(self._role))
-            where = self.tracking.tracking_uri
-            self._shipper = Shipper(self._deliver, where, str(self._spool.path))
+            if self.run_id is not None:  # else nothing to ship to yet: the owner delivers
+                where = self.tracking.tracking_uri
+                self._shipper = Shipper(self._deliver, where, str(self._spool.path))
         self._spool.append(record)
-        self._shipper.nudge()
+        if self._shipper is not None:
+            self._shipper.nudge()
 
     def _deliver(self) -> int:
         if self._client is None:
@@ -310,13 +319,12 @@ class RunLogger:
         return sent
 
 
-def _warn(reason: str) -> None:
+def _warn(reason: str, *, spooling: bool = False) -> None:
     import warnings
 
+    tail = "" if spooling else "; the work goes on"
     warnings.warn(
-        f"{reason}; continuing without tracking (set tracking.enabled=false to silence)",
-        TrackingWarning,
-        stacklevel=3,
+        f"{reason}{tail} (set tracking.enabled=false to silence)", TrackingWarning, stacklevel=3
     )
 
 

@@ -72,8 +72,8 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
     try:
         dataset = build_train_dataset(config, job.data, env.world_size, job.quarantine)
         tracked = env.rank == 0 and job.mode == "train"
-        run_id = job.mlflow_run_id if tracked else None
-        logger = RunLogger(config.tracking, run_id, job.tracking_dir, role="train")
+        spool = job.tracking_dir if tracked else None  # one writer of training metrics: rank 0
+        logger = RunLogger(config.tracking, job.mlflow_run_id, spool, role="train")
         trainer = Trainer(
             config,
             env,

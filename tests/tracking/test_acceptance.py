@@ -79,6 +79,36 @@ def test_an_outage_during_training_loses_nothing_and_warns_once(tmp_path, monkey
         server.stop()
 
 
+@pytest.mark.slow  # a launch of two ranks and a server start
+def test_a_server_down_when_the_run_starts_gets_the_whole_run_when_it_is_back(
+    tmp_path, monkeypatch
+):
+    """No MLflow run can be created at the start: the run spools everything it logs (tags,
+    params, every step), and the owner creates the MLflow run and delivers it all at its end."""
+    from mlflow_server import MlflowServer
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    server = MlflowServer(tmp_path / "mlflow")  # not started yet
+    try:
+        config = _config(tmp_path, server.uri, "train.steps=6", "train.checkpoint_every=6")
+        with pytest.warns(UserWarning, match="spooled in its run directory"):
+            run = create_run(config, key="late")
+        assert run.mlflow_run_id is None
+        outcome = run_stage(config, run, "train", data="memory")
+        assert outcome.status == "passed", outcome.summary
+        server.start()
+        finish_run(run, "FINISHED")
+
+        client = mlflow.MlflowClient(server.uri)
+        stored = client.get_run(run.mlflow_run_id)
+        assert stored.info.status == "FINISHED"
+        assert stored.data.tags["ffjobs.run_key"] == "late"
+        assert stored.data.params["train.steps"] == "6"
+        assert [step for step, _ in _history(client, run.mlflow_run_id, "lr")] == list(range(1, 7))
+    finally:
+        server.stop()
+
+
 @pytest.mark.slow  # two launches of two ranks: about 40 s on a busy 2-core machine
 def test_a_retried_attempt_is_one_run_with_both_attempts_and_no_step_twice(tmp_path, mlflow_server):
     config = _config(

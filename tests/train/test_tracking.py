@@ -15,6 +15,7 @@ from ffjobs.tracking.mlflow_logger import (
     reopen_run,
     start_run,
 )
+from ffjobs.tracking.spool import logged_steps
 
 
 def test_flatten_nested_config():
@@ -59,8 +60,11 @@ def test_owner_starts_and_ends_attached_loggers_only_log(tmp_path):
     assert client.get_run(run_id).info.status == "RUNNING"
 
 
-def test_no_run_and_disabled_tracking_do_nothing(tmp_path):
-    assert RunLogger(TrackingConfig(), None, tmp_path).active is False
+def test_no_spool_and_disabled_tracking_do_nothing_and_no_run_yet_only_spools(tmp_path):
+    pending = RunLogger(TrackingConfig(), None, tmp_path)  # the server was down at the start
+    pending.log_metrics({"loss": 1.0}, step=1)
+    pending.close()
+    assert logged_steps(tmp_path) == {"loss": 1}  # kept for the owner to deliver
     assert RunLogger(TrackingConfig(), "abc", None).active is False
     assert RunLogger(TrackingConfig(enabled=False), "abc", tmp_path).active is False
     disabled = TrackingConfig(enabled=False, tracking_uri=f"sqlite:///{tmp_path / 'x.db'}")
