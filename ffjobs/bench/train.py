@@ -120,11 +120,14 @@ def bench_rank(
     measure_peak: bool = True,
     comm_ab: bool = True,
     checkpoint_interval: int | None = None,
+    profile_dir: str | None = None,
+    profile_steps: int = 5,
 ) -> dict[str, Any]:
     """Run on every rank inside a worker; returns the report (complete on rank 0).
 
     ``checkpoint_interval``: the preset's ``train.checkpoint_every``, to measure checkpoint
-    cost against (``None``: not measured).
+    cost against (``None``: not measured). ``profile_dir``: rank 0 also profiles
+    ``profile_steps`` steps after the timed ones (:mod:`ffjobs.bench.profile`) into it.
     """
     import torch
 
@@ -158,12 +161,18 @@ def bench_rank(
         report["exposed_comm_fraction_ab"] = (
             max(synced.step_time_s - unsynced.step_time_s, 0.0) / synced.step_time_s
         )
+    if profile_dir is not None and trainer.env.rank == 0:
+        from ffjobs.bench.profile import profile_steps as profile
+
+        report.update(profile(trainer, profile_steps, profile_dir))
+    barrier()
     if checkpoint_interval is not None:
         list(trainer.run_steps(steps))  # the reference step time right before the saves
         report.update(measure_checkpoint_cost(trainer, checkpoint_interval, max(steps // 2, 1)))
     cache = trainer.compile_cache
     report.update(
         first_step_s=trainer.first_step_s,
+        trainer_init_s=trainer.init_s,
         compile_cache_loaded_entries=cache.loaded_entries,
         compile_cache_saved_entries=cache.saved_entries,
         compile_cache_bytes=cache.loaded_bytes or cache.saved_bytes,
@@ -225,6 +234,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default: a new temporary folder, removed afterwards)",
     )
     parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help="also profile a few steps after the timed ones (torch.profiler): kernel table by "
+        "self device time, named phases, trace; the plain baseline's into DIR/plain",
+    )
+    parser.add_argument("--profile-steps", type=int, default=5, metavar="N")
+    parser.add_argument(
         "--baseline",
         choices=("none", "plain"),
         default="none",
@@ -239,8 +256,8 @@ def _bench_train(args: argparse.Namespace) -> int:
     from ffjobs.errors import UserError
     from ffjobs.train.launch import LaunchFailed
 
-    if args.nproc < 1 or args.steps < 1 or args.warmup < 0:
-        raise UserError("--nproc and --steps must be >= 1, --warmup >= 0")
+    if args.nproc < 1 or args.steps < 1 or args.warmup < 0 or args.profile_steps < 1:
+        raise UserError("--nproc, --steps and --profile-steps must be >= 1, --warmup >= 0")
     if args.config is None:
         args.config = "train-256" if torch.cuda.is_available() else "local"
     if torch.cuda.is_available() and args.nproc > torch.cuda.device_count():
@@ -264,6 +281,8 @@ def _bench_train(args: argparse.Namespace) -> int:
         "measure_peak": not args.no_peak,
         "comm_ab": not args.no_comm_ab,
         "checkpoint_interval": None if args.no_checkpoint else interval,
+        "profile_dir": str(Path(args.profile).resolve()) if args.profile else None,
+        "profile_steps": args.profile_steps,
     }
     started = datetime.datetime.now(datetime.UTC)
     with tempfile.TemporaryDirectory(prefix="ffjobs-bench-") as scratch:
@@ -272,7 +291,12 @@ def _bench_train(args: argparse.Namespace) -> int:
             report = _launch(config, args, bench, Path(scratch) / "compiler-cache")
             if args.baseline == "plain":
                 plain = plain_path(config, str(Path(scratch) / "plain-checkpoints"))
-                report["baseline"] = _launch(plain, args, bench, Path(scratch) / "plain-cache")
+                plain_bench = dict(bench)
+                if args.profile:
+                    plain_bench["profile_dir"] = str(Path(args.profile).resolve() / "plain")
+                report["baseline"] = _launch(
+                    plain, args, plain_bench, Path(scratch) / "plain-cache"
+                )
                 report["baseline"]["name"] = "plain"
         except LaunchFailed as exc:
             print(f"ffjobs: bench train failed: {exc}", file=sys.stderr)

@@ -27,23 +27,28 @@ class RandomPairs(Dataset):
     """In-memory random ``uint8`` pairs of one fixed size: training without image decoding.
 
     Same item contract as :class:`ffjobs.data.dataset.FacePairDataset` (``uint8`` images).
+    ``distinct``: how many different images back the ``length`` items (item ``i`` shows image
+    ``i % distinct``), so an epoch can be long without holding ``length`` images in memory.
     """
 
-    def __init__(self, length: int, size: int, seed: int = 0):
+    def __init__(self, length: int, size: int, seed: int = 0, distinct: int | None = None):
         generator = torch.Generator().manual_seed(seed)
+        pool = length if distinct is None else min(length, distinct)
+        self.length = length
         self.images = torch.randint(
-            0, 256, (length, 3, size, size), dtype=torch.uint8, generator=generator
+            0, 256, (pool, 3, size, size), dtype=torch.uint8, generator=generator
         )
         self.same = torch.rand(length, generator=generator) < 0.5
 
     def __len__(self) -> int:
-        return len(self.images)
+        return self.length
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        partner = index if self.same[index] else (index + 1) % len(self.images)
+        partner = index if self.same[index] else (index + 1) % self.length
+        pool = len(self.images)
         return {
-            "source": self.images[partner],
-            "target": self.images[index],
+            "source": self.images[partner % pool],
+            "target": self.images[index % pool],
             "same_identity": self.same[index],
         }
 

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.profiler import record_function
 
 from ffjobs.config import Config
 from ffjobs.data.dataset import to_model_images
@@ -136,6 +137,7 @@ class Trainer:
         self.flops_per_image = flops_per_image
         self.step = 0
         self.stop = StopRequest(env.rank)
+        self.init_s = time.perf_counter() - self.created  # the rest of first_step_s is the step
 
     @property
     def g_module(self) -> nn.Module:
@@ -175,10 +177,12 @@ class Trainer:
             for name in LOSS_NAMES:
                 totals[name] += losses[name].detach().float() / accum
 
-        self.discriminator.step(self.tc.grad_clip)
-        self.generator.step(self.tc.grad_clip)
+        with record_function("ffjobs.optimizer"):
+            self.discriminator.step(self.tc.grad_clip)
+            self.generator.step(self.tc.grad_clip)
         if self.ema is not None:
-            self.ema.update(self.g_module)
+            with record_function("ffjobs.ema"):
+                self.ema.update(self.g_module)
         return totals
 
     def _forward_backward(
@@ -187,17 +191,22 @@ class Trainer:
         """Steps 1-4 of the module docstring on one micro-batch; returns its losses."""
         g, d = self.generator, self.discriminator
         source, target, same_identity = self._to_device(batch)
+        # named ranges: what the profile (ffjobs bench train --profile) attributes time to
         with self._autocast():
-            with torch.no_grad():
+            with torch.no_grad(), record_function("ffjobs.identity_source"):
                 source_embedding = self.identity_encoder(source)
-            fused = g.wrapped(target, source_embedding)
-            disc_real = d.wrapped(target)
-            d_losses = discriminator_loss(disc_real=disc_real, disc_fused=d.wrapped(fused.detach()))
-        with self.comm.backward():
+            with record_function("ffjobs.generator_forward"):
+                fused = g.wrapped(target, source_embedding)
+            with record_function("ffjobs.discriminator_forward"):
+                disc_real = d.wrapped(target)
+                d_losses = discriminator_loss(
+                    disc_real=disc_real, disc_fused=d.wrapped(fused.detach())
+                )
+        with self.comm.backward(), record_function("ffjobs.discriminator_backward"):
             d.backward(d_losses["total"] / accum)
 
         d.module.requires_grad_(False)  # G's loss flows through D, not into it
-        with self._autocast():
+        with self._autocast(), record_function("ffjobs.generator_loss_forward"):
             g_losses = generator_loss(
                 fused=fused,
                 target=target,
@@ -208,7 +217,7 @@ class Trainer:
                 disc_real=disc_real,
                 weights=self.config.model.losses,
             )
-        with self.comm.backward():
+        with self.comm.backward(), record_function("ffjobs.generator_backward"):
             g.backward(g_losses["total"] / accum)
         d.module.requires_grad_(True)
         return {**g_losses, **d_losses}
@@ -257,7 +266,7 @@ class Trainer:
             step = self.step + 1
             self.stop.step_started()
             self.faults.before_step(step)
-            with self.meter.data_wait():
+            with self.meter.data_wait(), record_function("ffjobs.data_wait"):
                 micro_batches = [self.data.next() for _ in range(self.tc.grad_accum)]
             losses = self.train_step(micro_batches)
             self.step = step

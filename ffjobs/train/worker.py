@@ -28,6 +28,9 @@ from ffjobs.train.job import DATA_KINDS, TrainJob
 
 __all__ = ["DATA_KINDS", "build_train_dataset", "run_rank"]
 
+MEMORY_EPOCH_STEPS = 1000
+"""Optimizer steps per epoch of ``--data memory`` (random images, no decoding)."""
+
 
 def build_train_dataset(
     config: Config, kind: str, world_size: int, quarantine: str | None = None
@@ -35,9 +38,16 @@ def build_train_dataset(
     """The dataset the trainer samples from (training identities, minus the quarantine)."""
     tc = config.train
     if kind == "memory":
-        # the same items whatever the split into ranks and micro-batches (DDP equivalence)
-        length = max(64, 8 * tc.batch_size * tc.grad_accum * world_size)
-        return RandomPairs(length, config.model.resolution, seed=tc.seed)
+        # the same items whatever the split into ranks and micro-batches (DDP equivalence);
+        # epochs of MEMORY_EPOCH_STEPS steps: each new epoch restarts the loader workers'
+        # prefetch, which stalled every 8th step when an epoch was the 8-batch image pool
+        global_batch = tc.batch_size * tc.grad_accum * world_size
+        return RandomPairs(
+            MEMORY_EPOCH_STEPS * global_batch,
+            config.model.resolution,
+            seed=tc.seed,
+            distinct=max(64, 8 * global_batch),
+        )
     from ffjobs.data.dataset import FacePairDataset
     from ffjobs.data.index import index_from_config, split_identities
 
