@@ -14,7 +14,7 @@ and written into the one file, so a restart with the same world size continues e
 random stream exactly.
 
 Asynchronous save (``asynchronous=True``): training is blocked only while the state is copied
-to host memory; serialising, hashing and writing run on a background thread. The next save,
+to host memory (pinned buffers reused from save to save, :class:`HostSnapshot`); serialising, hashing and writing run on a background thread. The next save,
 :meth:`Checkpointer.wait` and :meth:`Checkpointer.latest_verified` wait for the write in
 flight. A crash during the write leaves at most a hidden temporary file and no manifest, so the
 previous verified checkpoint stays the latest one.
@@ -117,20 +117,43 @@ def gather_to_rank0(obj: Any) -> list[Any]:
     return gathered
 
 
-def to_host(obj: Any) -> Any:
-    """A copy of ``obj`` whose tensors live in (unshared) CPU memory, containers rebuilt.
+class HostSnapshot:
+    """Copies of a state's tensors in host memory, into buffers kept from one save to the next.
 
-    Training goes on updating its tensors in place after this returns; the copy does not move.
+    Device tensors go into page-locked (pinned) buffers with asynchronous copies and one
+    synchronisation at the end: the copy runs at the link's speed, and the buffers are
+    allocated at the first save only (pinning a gigabyte costs more than copying it). The
+    buffers are reused, so a snapshot must be written before the next one is taken (the
+    checkpointer waits for the write in flight first). Host tensors are plain copies.
+    Training goes on updating its tensors in place after :meth:`take` returns.
     """
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {key: to_host(value) for key, value in obj.items()}
-    if isinstance(obj, list):
-        return [to_host(value) for value in obj]
-    if isinstance(obj, tuple):
-        return tuple(to_host(value) for value in obj)
-    return obj
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[Any, ...], torch.Tensor] = {}
+
+    def take(self, obj: Any) -> Any:
+        """A copy of ``obj`` whose tensors live in CPU memory, containers rebuilt."""
+        copied = self._copy(obj, ())
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        return copied
+
+    def _copy(self, obj: Any, path: tuple[Any, ...]) -> Any:
+        if isinstance(obj, torch.Tensor):
+            tensor = obj.detach()
+            if tensor.device.type != "cuda":
+                return tensor.to("cpu", copy=True)
+            buffer = self._buffers.get(path)
+            if buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
+                buffer = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+                self._buffers[path] = buffer
+            return buffer.copy_(tensor, non_blocking=True)
+        if isinstance(obj, dict):
+            return {key: self._copy(value, (*path, key)) for key, value in obj.items()}
+        if isinstance(obj, list | tuple):
+            values = [self._copy(value, (*path, i)) for i, value in enumerate(obj)]
+            return values if isinstance(obj, list) else tuple(values)
+        return obj
 
 
 @dataclass
@@ -160,6 +183,7 @@ class Checkpointer:
         self.store = store if store is not None else open_store(location, s3=s3)
         self.keep = keep
         self._writer: threading.Thread | None = None
+        self._snapshot = HostSnapshot()
         self._write_error: BaseException | None = None
         self.timings: list[SaveTiming] = []
 
@@ -197,7 +221,7 @@ class Checkpointer:
             self._write(step, payload, timing, on_written)
             timing.blocked_s = time.perf_counter() - started
             return self.store.describe(data_name(step))
-        snapshot = to_host(payload)
+        snapshot = self._snapshot.take(payload)
         self._writer = threading.Thread(
             target=self._write_in_background,
             args=(step, snapshot, timing, on_written),

@@ -67,6 +67,10 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
+def _compiled(module: nn.Module, compile: bool) -> nn.Module:
+    return torch.compile(module) if compile else module
+
+
 class Trainer:
     """Owns the networks, data stream and checkpointer of one rank."""
 
@@ -114,6 +118,11 @@ class Trainer:
         self.generator = self._network("generator", generator, tc.lr)
         self.discriminator = self._network("discriminator", discriminator, tc.lr_discriminator)
         self.networks: tuple[Network, ...] = (self.generator, self.discriminator)
+        # the frozen encoder and D's pass for G's loss run outside DDP: compiled on their own
+        # (eager, their normalisation and activation kernels ran one pass each, launched one
+        # by one from the host)
+        self.identity = _compiled(self.identity_encoder, tc.compile)
+        self.frozen_discriminator = _compiled(discriminator, tc.compile)
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(tc.precision)
 
         # a step's micro-batches are copied to the device while the step before computes
@@ -194,7 +203,7 @@ class Trainer:
         # named ranges: what the profile (ffjobs bench train --profile) attributes time to
         with self._autocast():
             with torch.no_grad(), record_function("ffjobs.identity_source"):
-                source_embedding = self.identity_encoder(source)
+                source_embedding = self.identity(source)
             with record_function("ffjobs.generator_forward"):
                 fused = g.wrapped(target, source_embedding)
             with record_function("ffjobs.discriminator_forward"):
@@ -212,8 +221,8 @@ class Trainer:
                 target=target,
                 same_identity=same_identity,
                 source_embedding=source_embedding,
-                fused_embedding=self.identity_encoder(fused),
-                disc_fused=d.module(fused),
+                fused_embedding=self.identity(fused),
+                disc_fused=self.frozen_discriminator(fused),
                 disc_real=disc_real,
                 weights=self.config.model.losses,
             )
