@@ -27,10 +27,10 @@ from typing import Any
 
 KERNEL_KINDS = (
     # (kind, name fragments); the first kind whose fragment is in a kernel's name wins
-    ("copy", ("memcpy", "memset", "copy_", "direct_copy")),
-    ("conv_matmul", ("conv", "gemm", "cutlass", "sm90_", "xmma", "wgrad", "dgrad", "cudnn")),
-    ("optimizer", ("adam", "foreach", "lerp", "multi_tensor")),
     ("triton", ("triton_",)),
+    ("conv_matmul", ("conv", "gemm", "cutlass", "sm90_", "xmma", "wgrad", "dgrad", "cudnn")),
+    ("copy", ("memcpy", "memset", "direct_copy", "bfloat16_copy")),
+    ("optimizer", ("adam", "foreach", "lerp", "multi_tensor")),
 )
 
 
