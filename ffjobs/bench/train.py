@@ -95,7 +95,9 @@ def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int
             trainer.step, trainer.state_dict(), trainer.rank_state(), asynchronous=True
         )
         background = ckpt.timings[-1] if ckpt.timings else None
-        first_background = first_background or background
+        if first_background is None:
+            first_background = background
+            ckpt.wait()  # the second save must not wait for the first one's write
     list(trainer.run_steps(steps_during_write))
     during = trainer.meter.window().step_time_s
     ckpt.wait()

@@ -4,6 +4,7 @@
 # --checkpoint-dir twice), checkpoint cost, in-memory and dataset input, and optionally the
 # same preset from another checkout (before/after a change, same call).
 #   usage: infra/bench/gpu-1x.sh OUTDIR [OTHER_CHECKOUT]
+#   PROFILE_COLD=1: also profile the cold preset run; THIN_CONV=1: also run thin_conv.py
 #   (writes OUTDIR/*.json, OUTDIR/profiles.tgz and logs.tgz, prints a table)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,18 +27,18 @@ variant() {  # variant NAME SECONDS CHECKOUT [bench train arguments ...]
 
 here=$PWD
 variant memory-cold 240 "$here" --warmup 15 --steps 40 --data memory --baseline plain \
-  --checkpoint-dir "$work/run-a" --profile "$work/profile"
+  --checkpoint-dir "$work/run-a" ${PROFILE_COLD:+--profile "$work/profile"}
 variant memory-warm 90 "$here" --warmup 15 --steps 40 --data memory --no-checkpoint \
-  --no-peak --checkpoint-dir "$work/run-a"
+  --no-peak --checkpoint-dir "$work/run-a" --profile "$work/profile-warm" --profile-steps 3
 variant dataset-warm 150 "$here" --warmup 15 --steps 40 --data dataset \
   --checkpoint-dir "$work/run-a"
 if [ -n "$other" ]; then
   variant other-memory-cold 150 "$other" --warmup 15 --steps 40 --data memory --no-checkpoint
 fi
-timeout 60 python infra/bench/thin_conv.py >"$out/thin-conv.txt" 2>&1
+if [ -n "${THIN_CONV:-}" ]; then timeout 90 python infra/bench/thin_conv.py >"$out/thin-conv.txt" 2>&1; fi
 
-tar czf "$out/profiles.tgz" -C "$work" profile
-tar czf "$out/logs.tgz" -C "$work" --exclude='run-a' --exclude=profile .
+tar czf "$out/profiles.tgz" -C "$work" $(cd "$work" && ls -d profile* 2>/dev/null)
+tar czf "$out/logs.tgz" -C "$work" --exclude='run-a' --exclude='profile*' .
 python - "$out" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
@@ -62,4 +63,5 @@ for path in sorted(out.glob("*.json")):
         print(path.stem, "plain", short(r["baseline"]))
     print(path.stem, r.get("summary"))
 PY
-cat "$out/thin-conv.txt"
+cat "$out/thin-conv.txt" 2>/dev/null
+sort -k2 -n -r "$work/profile-warm/compile-times.txt" 2>/dev/null | head -25
