@@ -183,7 +183,6 @@ def bench_rank(
         compile_cache_loaded_entries=cache.loaded_entries,
         compile_cache_saved_entries=cache.saved_entries,
         compile_cache_bytes=cache.loaded_bytes or cache.saved_bytes,
-        compile_cache_autotune_entries=cache.autotune_entries,
     )
     tc, mc = trainer.tc, trainer.config.model
     report.update(

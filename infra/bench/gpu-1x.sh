@@ -44,7 +44,7 @@ import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 keys = ("images_per_s", "step_time_s", "data_wait_fraction", "mfu_vs_measured_peak",
         "measured_peak_flops", "first_step_s", "trainer_init_s", "compile_cache_loaded_entries",
-        "compile_cache_autotune_entries", "checkpoint_sync_blocked_s",
+        "checkpoint_sync_blocked_s",
         "checkpoint_async_first_blocked_s", "checkpoint_async_blocked_s",
         "checkpoint_async_write_s", "step_time_during_write_s", "checkpoint_blocked_fraction",
         "checkpoint_bytes", "flops_per_image", "max_memory_gib", "profile_step_s",
