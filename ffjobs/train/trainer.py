@@ -5,8 +5,11 @@ One optimizer step (``train_step``), per micro-batch of each rank:
 1. source identity embedding (frozen encoder, no grad);
 2. ``fused = G(target, embedding)``;
 3. discriminator loss on real targets and detached fused images, backward into D;
-4. generator loss through D's plain module (its weights frozen for this pass, so D's DDP
-   does not see a second backward), backward into G;
+4. generator loss through D's plain module, outside DDP (its weights frozen for this pass, so
+   D's DDP does not see a second backward), backward into G;
+
+with ``train.compile`` the frozen identity encoder and that plain-module pass of D are
+compiled too, each on its own.
 
 then both networks step (a simultaneous update: both losses see the same D weights, which
 keeps one step on a global batch equal to gradient accumulation or more ranks). All but the

@@ -90,3 +90,21 @@ def test_set_epoch_rewinds_what_was_in_flight():
     prefetcher.set_epoch(2)
     assert prefetcher.state_dict()["epoch"] == 2 and prefetcher.state_dict()["position"] == 0
     assert prefetcher.next()["epoch"].tolist() == [2] * 4
+
+
+def test_random_pairs_show_a_pool_of_distinct_images_over_a_long_epoch():
+    pairs = RandomPairs(100, 8, seed=3, distinct=10)
+    assert len(pairs) == 100 and len(pairs.images) == 10
+    assert torch.equal(pairs[7]["target"], pairs[17]["target"])
+    assert not torch.equal(pairs[7]["target"], pairs[8]["target"])
+    assert pairs[7]["target"].dtype == torch.uint8
+
+
+def test_memory_data_epochs_last_many_steps():
+    from ffjobs.config import load_config
+    from ffjobs.train.worker import MEMORY_EPOCH_STEPS, build_train_dataset
+
+    config = load_config("local", ["train.batch_size=4"])
+    dataset = build_train_dataset(config, "memory", world_size=2)
+    # a new epoch restarts the loader workers' prefetch: it must be rare
+    assert len(dataset) == MEMORY_EPOCH_STEPS * 4 * 2 >= 1000 * 8
