@@ -107,14 +107,15 @@ def _describe(keys: list[str]) -> str:
     return shown + more
 
 
-def read_state_dict(path: str | Path) -> dict[str, Tensor]:
-    """Read a state_dict file with ``torch.load(weights_only=True)``; errors are one line."""
+def read_state_dict(path: str | Path, section: str = "model") -> dict[str, Tensor]:
+    """Read a state_dict file with ``torch.load(weights_only=True)``; errors are one line
+    (naming ``<section>.identity_weights``, the setting that points at the file)."""
     path = Path(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise IdentityWeightsError(
-            f"{path}: identity encoder weights not found; set model.identity_weights to an "
+            f"{path}: identity encoder weights not found; set {section}.identity_weights to an "
             f"arcface_torch state_dict or create one with 'ffjobs models train-identity --out "
             f"{path}'"
         ) from None
@@ -141,9 +142,12 @@ def read_state_dict(path: str | Path) -> dict[str, Tensor]:
     return state
 
 
-def load_identity_weights(backbone: IResNet, path: str | Path, arch: str = "") -> None:
-    """Load ``path`` into ``backbone`` strictly; a layout mismatch names the keys and the file."""
-    state = read_state_dict(path)
+def load_identity_weights(
+    backbone: IResNet, path: str | Path, arch: str = "", section: str = "model"
+) -> None:
+    """Load ``path`` into ``backbone`` strictly; a layout mismatch names the keys, the file and
+    the ``<section>.identity_*`` settings that describe the shape."""
+    state = read_state_dict(path, section)
     expected = backbone.state_dict()
     # BN step counters are bookkeeping; files saved without them are still complete.
     missing = [k for k in expected if k not in state and not k.endswith("num_batches_tracked")]
@@ -164,16 +168,20 @@ def load_identity_weights(backbone: IResNet, path: str | Path, arch: str = "") -
         raise IdentityWeightsError(
             f"{path}: does not fit the identity encoder {arch or 'iresnet'}: "
             + "; ".join(problems)
-            + "; check model.identity_arch, identity_width, identity_input_size and identity_dim"
+            + f"; check {section}.identity_arch, identity_width, identity_input_size and "
+            "identity_dim"
         )
     for key, value in expected.items():
         state.setdefault(key, value)
     backbone.load_state_dict(state, strict=True)
 
 
-def build_identity_encoder(cfg: ModelConfig, *, load_weights: bool = True) -> IdentityEncoder:
-    """The frozen encoder ``cfg`` describes, with ``cfg.identity_weights`` loaded if set."""
+def build_identity_encoder(
+    cfg: ModelConfig, *, load_weights: bool = True, section: str = "model"
+) -> IdentityEncoder:
+    """The frozen encoder ``cfg`` describes, with ``cfg.identity_weights`` loaded if set
+    (``section``: the config section those settings came from, for error messages)."""
     backbone = build_identity_backbone(cfg)
     if load_weights and cfg.identity_weights:
-        load_identity_weights(backbone, cfg.identity_weights, cfg.identity_arch)
+        load_identity_weights(backbone, cfg.identity_weights, cfg.identity_arch, section)
     return IdentityEncoder(backbone, cfg.identity_input_size)

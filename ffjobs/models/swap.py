@@ -40,7 +40,8 @@ class FaceSwap(nn.Module):
 
 
 def face_swap_from_checkpoint(config: Config, location: str) -> tuple[FaceSwap, int]:
-    """``(model, step)`` from the latest verified checkpoint in ``location`` (EMA weights)."""
+    """``(model, step)`` from the latest verified checkpoint in ``location`` (EMA weights, or
+    the generator's own when the run kept no average)."""
     from ffjobs.train.checkpoint import Checkpointer
 
     checkpointer = Checkpointer(location, s3=config.s3)
@@ -52,6 +53,7 @@ def face_swap_from_checkpoint(config: Config, location: str) -> tuple[FaceSwap, 
         )
     state = checkpointer.load(ref)
     generator = build_generator(config.model)
-    generator.load_state_dict(state["ema"])
+    # a run trained with train.ema_decay=null has no average: its generator is what it made
+    generator.load_state_dict(state["ema"] if state.get("ema") is not None else state["generator"])
     encoder = build_identity_encoder(config.model, load_weights=True)
     return FaceSwap(generator, encoder, config.model.resolution), ref.step
