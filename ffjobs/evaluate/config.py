@@ -2,9 +2,74 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
+
+DEFAULT_EVALUATION_ENCODER = "runs/models/identity-eval.pt"
+"""Where the project's own evaluation encoder is pre-trained when the file is missing."""
+
+
+@dataclass
+class GateConfig:
+    """What a model must reach before it goes to review, and how it may compare to the champion.
+
+    Each threshold is checked on the held-out identities; ``null`` leaves that check out.
+    """
+
+    min_identity_top1: float | None = field(default=None, metadata={"ge": 0.0, "le": 1.0})
+    """Identity retrieval top-1 the fused faces must reach; ``null``: above chance, i.e. more
+    than 1 / (identities in the evaluation set)."""
+    min_identity_cosine: float | None = field(default=None, metadata={"ge": -1.0, "le": 1.0})
+    """Mean cosine between the fused face's and the source's identity embeddings."""
+    min_psnr: float | None = field(default=None, metadata={"ge": 0.0})
+    """Self-swap reconstruction PSNR in dB (source == target)."""
+    min_ssim: float | None = field(default=None, metadata={"ge": -1.0, "le": 1.0})
+    """Self-swap reconstruction SSIM."""
+    max_regression: float = field(default=0.0, metadata={"ge": 0.0})
+    """How much worse than the registry's champion any metric may be, in that metric's own
+    units (0: at least as good; the champion is evaluated now, on the same set)."""
 
 
 @dataclass
 class EvaluateConfig:
     """What ``ffjobs evaluate`` measures, with which encoder, and what the gate demands."""
+
+    identity_arch: Literal["iresnet18", "iresnet34", "iresnet50", "iresnet100"] = "iresnet34"
+    """Architecture of the recogniser that *measures* identity. It differs from the training
+    loss's encoder (``model.identity_*``), as published face-swap protocols do, so a model is
+    not graded by the network it was trained to please."""
+    identity_width: float = field(default=0.25, metadata={"gt": 0.0, "le": 1.0})
+    """Channel multiplier; 1.0 for arcface_torch weights."""
+    identity_input_size: int = field(default=48, metadata={"ge": 32})
+    """Side of the recogniser's input, a multiple of 16 (arcface_torch: 112)."""
+    identity_dim: int = field(default=128, metadata={"ge": 16})
+    """Embedding size (arcface_torch: 512)."""
+    identity_weights: str = DEFAULT_EVALUATION_ENCODER
+    """State dict of the recogniser: arcface_torch weights (width 1.0, input 112, dim 512), or
+    at the default path the project's own, pre-trained on ``data.source`` when missing."""
+    identity_seed: int = 1
+    """Seed of that pre-training (another seed, architecture and input size than the
+    training encoder's, so it is a different recogniser)."""
+    seed: int = 0
+    """Seed of the (source, target) pairing: the same model on the same set gives the same
+    numbers."""
+    max_pairs: int = field(default=1024, metadata={"ge": 2})
+    """At most this many held-out images are evaluated (a seeded choice when there are more)."""
+    batch_size: int = field(default=32, metadata={"ge": 1})
+    samples: int = field(default=8, metadata={"ge": 1})
+    """Pairs shown in ``samples.png``."""
+    pose_weights: str | None = None
+    """TorchScript pose regressor: images ``(N, 3, H, W)`` in [-1, 1] at the model's
+    resolution -> ``(N, K)`` pose (e.g. yaw, pitch, roll); ``pose_error`` is the mean
+    Euclidean distance between fused and target poses. ``null``: pose error is skipped."""
+    fid_weights: str | None = None
+    """TorchScript feature extractor: images ``(N, 3, H, W)`` in [-1, 1] -> ``(N, D)``
+    features for the FID of fused faces against the held-out images. ``null``: FID is
+    skipped (nothing is downloaded)."""
+    gate: GateConfig = field(default_factory=GateConfig)
+
+    def __post_init__(self) -> None:
+        if self.identity_input_size % 16:
+            raise ValueError(
+                f"identity_input_size: must be a multiple of 16, got {self.identity_input_size}"
+            )

@@ -1,0 +1,77 @@
+"""The recogniser that measures identity in an evaluation, which is not the training loss's.
+
+It is described by ``evaluate.identity_*`` in the same terms as ``model.identity_*`` (an
+iresnet of an arch, width, input size and embedding size, arcface_torch layout), so the same
+builder, loader and pre-training serve both. At its default path it is the project's own,
+pre-trained on ``data.source`` with another seed, arch and input size than the training
+encoder when the file is missing; any other path is the user's and must exist.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from ffjobs.config import Config
+from ffjobs.errors import UserError
+from ffjobs.evaluate.config import DEFAULT_EVALUATION_ENCODER
+from ffjobs.models.config import ModelConfig
+from ffjobs.models.identity import IdentityEncoder, build_identity_encoder
+
+PRETRAIN_STEPS = 300
+"""As many as the demo's training encoder gets (:mod:`ffjobs.models.prepare`)."""
+
+
+def evaluation_identity_settings(config: Config) -> ModelConfig:
+    """``config.model`` with its identity encoder fields replaced by ``evaluate.identity_*``."""
+    ev = config.evaluate
+    return dataclasses.replace(
+        config.model,
+        identity_arch=ev.identity_arch,
+        identity_width=ev.identity_width,
+        identity_input_size=ev.identity_input_size,
+        identity_dim=ev.identity_dim,
+        identity_weights=ev.identity_weights,
+    )
+
+
+def ensure_evaluation_encoder(config: Config) -> None:
+    """Pre-train the project's evaluation encoder if it is configured at its default path and
+    missing; refuse a user's path that does not exist."""
+    weights = Path(config.evaluate.identity_weights)
+    if weights.exists():
+        return
+    if config.evaluate.identity_weights != DEFAULT_EVALUATION_ENCODER:
+        raise UserError(
+            f"evaluate.identity_weights: {weights} not found; point it at an arcface_torch "
+            "state_dict (with evaluate.identity_width 1.0, identity_input_size 112, identity_dim "
+            f"512) or leave it at {DEFAULT_EVALUATION_ENCODER} to pre-train the project's own"
+        )
+    from ffjobs.models.identity_pretrain import train_identity_encoder
+    from ffjobs.models.prepare import ensure_identity_dataset
+
+    print(f"pre-training the evaluation identity encoder into {weights}", file=sys.stderr)
+    train_identity_encoder(
+        evaluation_identity_settings(config),
+        ensure_identity_dataset(config),
+        weights,
+        steps=PRETRAIN_STEPS,
+        seed=config.evaluate.identity_seed,
+    )
+
+
+def load_evaluation_encoder(config: Config) -> IdentityEncoder:
+    """The evaluation recogniser, pre-trained first where :func:`ensure_evaluation_encoder`
+    says so; a file of another shape is a one-line error naming ``evaluate.identity_*``."""
+    ensure_evaluation_encoder(config)
+    return build_identity_encoder(evaluation_identity_settings(config), section="evaluate")
+
+
+def describe_evaluation_encoder(config: Config) -> str:
+    """What measured identity, in one line (the stage's ``encoder`` fact)."""
+    ev = config.evaluate
+    return (
+        f"{ev.identity_arch} width {ev.identity_width:g}, {ev.identity_input_size} px, "
+        f"dim {ev.identity_dim}, weights {ev.identity_weights}"
+    )

@@ -1,0 +1,100 @@
+"""Measure one face-swap model on an evaluation set: run it, then compute every metric.
+
+Identity is measured by the evaluation recogniser (:mod:`ffjobs.evaluate.encoder`): the
+gallery is the mean embedding of each held-out identity's real images; a fused face is a
+correct retrieval when its nearest gallery identity is its source's. Reconstruction is the
+self-swap (source == target == the image). Pose error and FID need the user's networks
+(:mod:`ffjobs.evaluate.extractors`) and are otherwise reported as skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ffjobs.evaluate import metrics as m
+from ffjobs.evaluate.evalset import EvaluationSet
+
+
+@dataclass
+class Extractors:
+    """The optional networks; ``None`` where the user gave none (with the reason why)."""
+
+    pose: nn.Module | None = None
+    fid: nn.Module | None = None
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Measurement:
+    metrics: dict[str, float]
+    fused: Tensor
+    """The swaps' outputs, one per pair of the set (for the sample grid)."""
+
+
+@torch.no_grad()
+def run_swaps(
+    model: nn.Module, sources: Tensor, targets: Tensor, batch_size: int, device: torch.device
+) -> Tensor:
+    """``model(source, target)`` for every row, in batches, on the CPU afterwards; a model of
+    another resolution gets its inputs resized and its output resized back."""
+    size = targets.shape[-1]
+    resolution = getattr(model, "resolution", size)
+    out = []
+    for source, target in zip(sources.split(batch_size), targets.split(batch_size), strict=True):
+        source, target = source.to(device), target.to(device)
+        if resolution != size:
+            source, target = (_resize(x, resolution) for x in (source, target))
+        fused = model(source, target)
+        out.append((_resize(fused, size) if resolution != size else fused).float().cpu())
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def embed(encoder: nn.Module, images: Tensor, batch_size: int, device: torch.device) -> Tensor:
+    return torch.cat([encoder(x.to(device)).cpu() for x in images.split(batch_size)])
+
+
+def measure(
+    model: nn.Module,
+    evalset: EvaluationSet,
+    encoder: nn.Module,
+    extractors: Extractors,
+    *,
+    batch_size: int,
+    device: torch.device,
+) -> Measurement:
+    """Every metric of ``model`` on ``evalset``; deterministic for a given model and set."""
+    model, encoder = model.to(device).eval(), encoder.to(device).eval()
+    images = evalset.images
+    sources, targets = images[evalset.sources], images[evalset.targets]
+    fused = run_swaps(model, sources, targets, batch_size, device)
+    real = images[evalset.targets]
+    reconstructed = run_swaps(model, real, real, batch_size, device)
+
+    gallery = embed(encoder, images, batch_size, device)
+    centres, identities = m.identity_gallery(gallery, evalset.labels)
+    fused_embeddings = embed(encoder, fused, batch_size, device)
+    results = {
+        "identity_top1": m.identity_top1(
+            fused_embeddings, evalset.labels[evalset.sources], centres, identities
+        ),
+        "identity_cosine": m.identity_cosine(fused_embeddings, gallery[evalset.sources]),
+        "psnr": float(m.psnr_per_image(reconstructed, real).mean()),
+        "ssim": float(m.ssim_per_image(reconstructed, real).mean()),
+    }
+    if extractors.pose is not None:
+        pose = extractors.pose.to(device)
+        results["pose_error"] = m.pose_error(
+            embed(pose, fused, batch_size, device), embed(pose, targets, batch_size, device)
+        )
+    if extractors.fid is not None:
+        results["fid"] = m.frechet_distance(images, fused, extractors.fid.cpu())
+    return Measurement(results, fused)
+
+
+def _resize(images: Tensor, size: int) -> Tensor:
+    return F.interpolate(images, size=(size, size), mode="bilinear", antialias=True)
