@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "ffjobs.preflight.commands",
     "ffjobs.models.commands",
     "ffjobs.train.commands",
+    "ffjobs.evaluate.commands",
     "ffjobs.bench.commands",
     "ffjobs.pipeline",
     "ffjobs.runs.commands",

@@ -13,14 +13,17 @@ DEFAULT_EVALUATION_ENCODER = "runs/models/identity-eval.pt"
 class GateConfig:
     """What a model must reach before it goes to review, and how it may compare to the champion.
 
-    Each threshold is checked on the held-out identities; ``null`` leaves that check out.
+    Each threshold is checked on the held-out identities; ``null`` leaves a reconstruction
+    check out and puts the identity checks at what returning the target unchanged scores.
     """
 
     min_identity_top1: float | None = field(default=None, metadata={"ge": 0.0, "le": 1.0})
-    """Identity retrieval top-1 the fused faces must reach; ``null``: above chance, i.e. more
-    than 1 / (identities in the evaluation set)."""
+    """Identity retrieval top-1 the fused faces must reach; ``null``: more than returning the
+    target unchanged scores (about 0: the target is always another identity). Chance is
+    1 / (held-out identities)."""
     min_identity_cosine: float | None = field(default=None, metadata={"ge": -1.0, "le": 1.0})
-    """Mean cosine between the fused face's and the source's identity embeddings."""
+    """Mean cosine between the fused face's and the source's identity embeddings; ``null``:
+    more than the target's own cosine to the source (the model moved identity at all)."""
     min_psnr: float | None = field(default=None, metadata={"ge": 0.0})
     """Self-swap reconstruction PSNR in dB (source == target)."""
     min_ssim: float | None = field(default=None, metadata={"ge": -1.0, "le": 1.0})

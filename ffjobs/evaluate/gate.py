@@ -12,12 +12,14 @@ from dataclasses import asdict, dataclass, field
 from ffjobs.evaluate.config import GateConfig
 from ffjobs.evaluate.metrics import BETTER_WHEN_HIGHER
 
+UNCHANGED = "the target unchanged"
+
 
 @dataclass
 class GateDecision:
     passed: bool
     reasons: list[str] = field(default_factory=list)
-    """One line per check, e.g. ``identity_top1 0.625 > 0.200 (chance, 1 of 5 identities)``
+    """One line per check, e.g. ``identity_cosine 0.214 > -0.012 (the target unchanged)``
     or ``psnr 18.10 < champion 19.40 - 0``."""
     failures: list[str] = field(default_factory=list)
     """The reasons of the checks that failed."""
@@ -26,20 +28,21 @@ class GateDecision:
         return asdict(self)
 
 
-def thresholds(gate: GateConfig, identities: int) -> dict[str, tuple[float, str]]:
-    """``metric -> (minimum, where it comes from)``; retrieval defaults to beating chance."""
+def thresholds(gate: GateConfig, unchanged: Mapping[str, float]) -> dict[str, tuple[float, str]]:
+    """``metric -> (bound, where it comes from)``. Identity metrics left unset must beat
+    ``unchanged``, what returning the target unchanged scores (strictly: reaching it means no
+    identity moved); a set threshold is met by reaching it."""
     found = {}
-    if gate.min_identity_top1 is None:
-        found["identity_top1"] = (1.0 / identities, f"chance, 1 of {identities} identities")
-    else:
-        found["identity_top1"] = (gate.min_identity_top1, "evaluate.gate.min_identity_top1")
     for metric, minimum in (
+        ("identity_top1", gate.min_identity_top1),
         ("identity_cosine", gate.min_identity_cosine),
         ("psnr", gate.min_psnr),
         ("ssim", gate.min_ssim),
     ):
         if minimum is not None:
             found[metric] = (minimum, f"evaluate.gate.min_{metric}")
+        elif metric in unchanged:
+            found[metric] = (unchanged[metric], UNCHANGED)
     return found
 
 
@@ -47,15 +50,15 @@ def decide(
     metrics: Mapping[str, float],
     gate: GateConfig,
     *,
-    identities: int,
+    unchanged: Mapping[str, float],
     champion: Mapping[str, float] | None,
 ) -> GateDecision:
-    """Check ``metrics`` against the thresholds and, if given, the champion's metrics."""
+    """Check ``metrics`` against the thresholds (``unchanged``: the identity metrics of
+    returning the target unchanged, see :func:`thresholds`) and the champion's metrics."""
     checks: list[tuple[bool, str]] = []
-    for metric, (minimum, source) in thresholds(gate, identities).items():
+    for metric, (minimum, source) in thresholds(gate, unchanged).items():
         value = metrics[metric]
-        # chance is beaten only by doing better than it; a set threshold is met by reaching it
-        strict = source.startswith("chance")
+        strict = source == UNCHANGED
         ok = value > minimum if strict else value >= minimum
         sign = (">" if strict else ">=") if ok else ("<=" if strict else "<")
         checks.append((ok, f"{metric} {_num(value)} {sign} {_num(minimum)} ({source})"))

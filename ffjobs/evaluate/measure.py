@@ -96,5 +96,23 @@ def measure(
     return Measurement(results, fused)
 
 
+@torch.no_grad()
+def unchanged_target_scores(
+    evalset: EvaluationSet, encoder: nn.Module, *, batch_size: int, device: torch.device
+) -> dict[str, float]:
+    """The identity metrics of a swap that returns the target unchanged: the floor a model
+    must rise above to have moved any identity from the source."""
+    encoder = encoder.to(device).eval()
+    gallery = embed(encoder, evalset.images, batch_size, device)
+    centres, identities = m.identity_gallery(gallery, evalset.labels)
+    targets = gallery[evalset.targets]
+    return {
+        "identity_top1": m.identity_top1(
+            targets, evalset.labels[evalset.sources], centres, identities
+        ),
+        "identity_cosine": m.identity_cosine(targets, gallery[evalset.sources]),
+    }
+
+
 def _resize(images: Tensor, size: int) -> Tensor:
     return F.interpolate(images, size=(size, size), mode="bilinear", antialias=True)

@@ -22,6 +22,7 @@ STAGES: dict[str, str] = {
     "validate": "ffjobs.data.stage:validate_stage",
     "preflight": "ffjobs.preflight.stage:preflight_stage",
     "train": "ffjobs.train.stage:train_stage",
+    "evaluate": "ffjobs.evaluate.stage:evaluate_stage",
 }
 """Stage name -> ``module:function``, in pipeline order (imported when the stage runs)."""
 

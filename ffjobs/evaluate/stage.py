@@ -1,0 +1,132 @@
+"""The evaluation stage: measure the run's model on held-out identities, compare it with the
+registry's champion (evaluated now, on the same set, with the same encoder) and gate it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ffjobs.config import Config
+from ffjobs.errors import ExitCode
+from ffjobs.runs.run import Run, StageOutcome
+
+REPORT = "evaluation.json"
+SAMPLES = "samples.png"
+
+
+def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) -> StageOutcome:
+    """Evaluate the run's latest verified checkpoint (or the registered model ``model_uri``)
+    into ``<run>/evaluate/`` (``evaluation.json``, ``samples.png``); fails when the gate blocks.
+
+    Facts (the register stage reads them): ``report``, ``samples``, ``step``, ``metrics``,
+    ``skipped``, ``eval_set``, ``encoder``, ``champion`` (``None`` without one) and ``gate``.
+    """
+    import torch
+
+    from ffjobs.evaluate.champion import RegistryUnavailable, load_champion
+    from ffjobs.evaluate.encoder import describe_evaluation_encoder, load_evaluation_encoder
+    from ffjobs.evaluate.evalset import build_evaluation_set
+    from ffjobs.evaluate.gate import decide
+    from ffjobs.evaluate.measure import measure, unchanged_target_scores
+    from ffjobs.evaluate.samples import save_sample_grid
+
+    model, step, evaluated = _candidate(config, run, model_uri)
+    evalset = build_evaluation_set(config, run.facts("validate").get("quarantine"))
+    encoder = load_evaluation_encoder(config)
+    extractors = _extractors(config)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    options = {"batch_size": config.evaluate.batch_size, "device": device}
+    ours = measure(model, evalset, encoder, extractors, **options)
+    unchanged = unchanged_target_scores(evalset, encoder, **options)
+
+    try:
+        champion = load_champion(config)
+    except RegistryUnavailable as exc:
+        return StageOutcome("evaluate", "failed", 0.0, str(exc), exc.exit_code)
+    theirs = (
+        None
+        if champion is None
+        else measure(champion.model, evalset, encoder, extractors, **options)
+    )
+    decision = decide(
+        ours.metrics,
+        config.evaluate.gate,
+        unchanged=unchanged,
+        champion=None if theirs is None else theirs.metrics,
+    )
+
+    out = run.stage_dir("evaluate")
+    shown = slice(0, config.evaluate.samples)
+    rows = [evalset.images[evalset.sources][shown], evalset.images[evalset.targets][shown]]
+    rows.append(ours.fused[shown])
+    if theirs is not None:  # the champion's swaps under ours, for the reviewer
+        rows.append(theirs.fused[shown])
+    samples = save_sample_grid(rows, out / SAMPLES)
+    facts: dict[str, Any] = {
+        "report": str(out / REPORT),
+        "samples": str(samples),
+        "step": step,
+        "model": evaluated,
+        "metrics": ours.metrics,
+        "skipped": extractors.skipped,
+        "eval_set": evalset.size(),
+        "encoder": describe_evaluation_encoder(config),
+        "unchanged_target": unchanged,
+        "chance_identity_top1": 1.0 / evalset.identities,
+        "champion": None
+        if champion is None
+        else {
+            "version": champion.version,
+            "model_uri": champion.model_uri,
+            "metrics": theirs.metrics,
+            "deltas": {
+                k: v - theirs.metrics[k] for k, v in ours.metrics.items() if k in theirs.metrics
+            },
+        },
+        "gate": decision.to_dict(),
+    }
+    Path(facts["report"]).write_text(json.dumps(facts, indent=2) + "\n")
+
+    measured = ", ".join(f"{k} {v:.3g}" for k, v in ours.metrics.items())
+    against = (
+        f"vs champion v{champion.version}"
+        if champion is not None
+        else f"no champion of {config.registry.model_name}: thresholds only"
+    )
+    metrics = {f"eval_{k}": v for k, v in ours.metrics.items()}
+    metrics["eval_gate_passed"] = float(decision.passed)
+    outcome = dict(artifacts=[facts["report"], facts["samples"]], metrics=metrics, facts=facts)
+    if not decision.passed:
+        summary = f"gate blocked {evaluated}: " + "; ".join(decision.failures)
+        return StageOutcome("evaluate", "failed", 0.0, summary, ExitCode.FAILED, **outcome)
+    summary = f"{evaluated}: {measured} on {evalset.identities} held-out identities; gate passed ({against})"
+    return StageOutcome("evaluate", "passed", 0.0, summary, **outcome)
+
+
+def _candidate(config: Config, run: Run, model_uri: str | None):
+    """``(model, step, what it is)``: the run's newest verified checkpoint, or a registered
+    model (its step: ``None``, a registry entry has no training step of this run)."""
+    if model_uri is not None:
+        from ffjobs.evaluate.champion import load_registered_model
+
+        return load_registered_model(config, model_uri), None, model_uri
+    from ffjobs.models.swap import face_swap_from_checkpoint
+
+    model, step = face_swap_from_checkpoint(config, run.checkpoint_dir)
+    return model, step, f"step {step}"
+
+
+def _extractors(config: Config):
+    from ffjobs.evaluate.extractors import load_extractor, skipped_reason
+    from ffjobs.evaluate.measure import Extractors
+
+    found = Extractors()
+    for metric, setting in (("pose_error", "pose_weights"), ("fid", "fid_weights")):
+        path = getattr(config.evaluate, setting)
+        if path is None:
+            found.skipped[metric] = skipped_reason(setting)
+        else:
+            module = load_extractor(setting, path, config.model.resolution)
+            setattr(found, "pose" if metric == "pose_error" else "fid", module)
+    return found
