@@ -21,6 +21,8 @@ QUICK = [
     "--set", "data.synth.identities=6",
     "--set", "data.synth.per_identity=4",
 ]  # fmt: skip
+UP_TO_TRAIN = ["--stages", "validate,preflight,train"]
+"""What these tests are about; evaluation has its own (tests/evaluate/)."""
 
 
 def ffjobs(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -55,7 +57,7 @@ def snapshot(client, run_id: str) -> dict:
 
 @pytest.mark.slow
 def test_each_run_is_its_own_and_resume_continues_one(tmp_path):
-    first = ffjobs_run(tmp_path, *QUICK, "--json")
+    first = ffjobs_run(tmp_path, *QUICK, *UP_TO_TRAIN, "--json")
     assert first.returncode == 0, first.stderr[-3000:]
     one = json.loads(first.stdout)
     assert [s["name"] for s in one["stages"]] == ["validate", "preflight", "train"]
@@ -83,7 +85,7 @@ def test_each_run_is_its_own_and_resume_continues_one(tmp_path):
     assert before["status"] == "FINISHED"
 
     # the same command again: a new run that trains from step 0 and touches nothing of the first
-    second = ffjobs_run(tmp_path, *QUICK, "--json")
+    second = ffjobs_run(tmp_path, *QUICK, *UP_TO_TRAIN, "--json")
     assert second.returncode == 0, second.stderr[-3000:]
     two = json.loads(second.stdout)
     assert two["run_key"] != one["run_key"] and two["run_dir"] != one["run_dir"]
@@ -95,13 +97,14 @@ def test_each_run_is_its_own_and_resume_continues_one(tmp_path):
     assert len(client.search_runs([experiment.experiment_id])) == 2
 
     # resuming the first run with nothing left to train says so, and is not a fresh success
-    same = ffjobs(tmp_path, "run", "--resume", one["run_key"], "--json")
+    same = ffjobs(tmp_path, "run", "--resume", one["run_key"], *UP_TO_TRAIN, "--json")
     assert same.returncode == 0, same.stderr[-3000:]
     train = json.loads(same.stdout)["stages"][2]
     assert train["status"] == "skipped" and "nothing to train" in train["summary"]
 
     # raising train.steps continues the first run: its checkpoints, its MLflow run
-    more = ffjobs(tmp_path, "run", "--resume", one["run_key"], "--set", "train.steps=6", "--json")
+    longer = ["--set", "train.steps=6", "--json"]
+    more = ffjobs(tmp_path, "run", "--resume", one["run_key"], *UP_TO_TRAIN, *longer)
     assert more.returncode == 0, more.stderr[-3000:]
     resumed = json.loads(more.stdout)
     assert resumed["run_key"] == one["run_key"]

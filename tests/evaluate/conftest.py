@@ -1,0 +1,92 @@
+"""One tiny trained model for every evaluation test: a synthetic dataset, the training and the
+evaluation identity encoders (different archs, seeds and input sizes), and one
+``ffjobs run --stages validate,train,evaluate`` on a single CPU rank, made once per session."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ffjobs.config import Config, load_config
+
+TINY = [
+    "model.width=16",
+    "model.max_width=64",
+    "model.residual_blocks=2",
+    "model.discriminator_width=8",
+    "model.discriminator_layers=2",
+    "model.identity_width=0.25",
+    "model.identity_input_size=32",
+    "model.identity_dim=32",
+    "evaluate.identity_arch=iresnet34",
+    "evaluate.identity_width=0.25",
+    "evaluate.identity_input_size=48",
+    "evaluate.identity_dim=32",
+    "data.val_fraction=0.34",
+    "train.steps=60",
+    "train.batch_size=8",
+    "train.lr=1e-3",
+    "train.checkpoint_every=60",
+    "train.log_every=20",
+    "train.precision=fp32",
+    "train.progress=false",
+    "slurm.tasks_per_node=1",
+    "tracking.enabled=false",
+]
+"""60 steps at batch 8 learn enough on 12 synthetic identities to beat an untrained model on
+held-out ones (tests/train/test_learning.py shows the same for the training encoder)."""
+
+
+@dataclass
+class Trained:
+    root: Path
+    overrides: list[str]
+    run_key: str
+    run_dir: Path
+    summary: dict
+    """``ffjobs run --json`` of the session's run."""
+
+    def config(self, *more: str) -> Config:
+        return load_config("local", [*self.overrides, *more])
+
+
+def ffjobs(cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "ffjobs.cli", *args]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    from ffjobs.data.synth import generate_dataset
+    from ffjobs.evaluate.encoder import evaluation_identity_settings
+    from ffjobs.models.identity_pretrain import train_identity_encoder
+
+    root = tmp_path_factory.mktemp("evaluate")
+    data = generate_dataset(root / "faces", identities=12, per_identity=6, size=64, seed=0)
+    overrides = [
+        *TINY,
+        f"data.source={data}",
+        f"runs_dir={root / 'runs'}",
+        f"train.checkpoint_dir={root / 'runs' / 'checkpoints'}",
+        f"model.identity_weights={root / 'identity-train.pt'}",
+        f"evaluate.identity_weights={root / 'identity-eval.pt'}",
+    ]
+    config = load_config("local", overrides)
+    train_identity_encoder(config.model, data, config.model.identity_weights, steps=100, seed=0)
+    train_identity_encoder(
+        evaluation_identity_settings(config),
+        data,
+        config.evaluate.identity_weights,
+        steps=100,
+        seed=config.evaluate.identity_seed,
+    )
+    sets = [arg for item in overrides for arg in ("--set", item)]
+    result = ffjobs(root, "run", "--stages", "validate,train,evaluate", "--json", *sets)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    summary = json.loads(result.stdout)
+    return Trained(root, overrides, summary["run_key"], Path(summary["run_dir"]), summary)

@@ -1,0 +1,69 @@
+"""The gate against the registry's champion on a real MLflow server: the champion is loaded
+from the registry and evaluated now, on the same set with the same encoder."""
+
+from __future__ import annotations
+
+import mlflow
+import mlflow.pytorch
+from mlflow.tracking import MlflowClient
+
+from ffjobs.errors import ExitCode
+from ffjobs.evaluate.stage import evaluate_stage
+from ffjobs.models.swap import face_swap_from_checkpoint
+from ffjobs.runs.run import create_run
+
+from .test_evaluate import untrained_model
+
+NAME = "ffjobs-evaluate-test"
+
+
+def register_champion(uri: str, model) -> str:
+    """Log ``model`` as the registry engineer does (the FaceSwap module itself), register it
+    and make it the champion; returns its version."""
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        with mlflow.start_run():
+            info = mlflow.pytorch.log_model(
+                model, name="model", registered_model_name=NAME, pip_requirements=["torch"]
+            )
+    finally:
+        mlflow.set_tracking_uri(previous)
+    version = str(info.registered_model_version)
+    MlflowClient(uri).set_registered_model_alias(NAME, "champion", version)
+    return version
+
+
+def test_gate_passes_a_model_better_than_the_champion_and_blocks_a_worse_one(
+    trained, mlflow_server, tmp_path
+):
+    config = trained.config(
+        "tracking.enabled=true",
+        f"tracking.tracking_uri={mlflow_server.uri}",
+        f"registry.model_name={NAME}",
+        f"runs_dir={tmp_path / 'runs'}",
+        f"train.checkpoint_dir={trained.root / 'runs/checkpoints'}",
+    )
+    run = create_run(config, key=trained.run_key)  # the session's checkpoints, a run of our own
+
+    alone = evaluate_stage(config, run)  # no such registered model yet: thresholds only
+    assert alone.status == "passed" and alone.facts["champion"] is None
+    assert f"no champion of {NAME}: thresholds only" in alone.summary
+
+    untrained = register_champion(mlflow_server.uri, untrained_model(config))
+    better = evaluate_stage(config, run)
+    assert better.status == "passed", better.summary
+    champion = better.facts["champion"]
+    assert champion["version"] == untrained and champion["model_uri"] == f"models:/{NAME}/1"
+    assert champion["deltas"]["identity_top1"] > 0 and champion["deltas"]["psnr"] > 0
+    assert any(r.startswith("psnr ") and "champion" in r for r in better.facts["gate"]["reasons"])
+
+    trained_model, _ = face_swap_from_checkpoint(config, run.checkpoint_dir)
+    register_champion(mlflow_server.uri, trained_model)
+    worse = evaluate_stage(config, run, model_uri=f"models:/{NAME}/{untrained}")
+    assert worse.status == "failed" and worse.exit_code == ExitCode.FAILED
+    assert worse.facts["champion"]["version"] == "2"
+    assert worse.summary.startswith(f"gate blocked models:/{NAME}/1: ")
+    assert "< champion" in worse.summary and not worse.facts["gate"]["passed"]
+    # the champion evaluated now gives what the trained model gave as the candidate
+    assert worse.facts["champion"]["metrics"] == better.facts["metrics"]
