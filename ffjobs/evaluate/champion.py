@@ -1,13 +1,16 @@
 """Registered models to evaluate: the current champion of ``registry.model_name``, or any
 ``models:/`` URI, loaded as the ``FaceSwap`` module the registry logged.
 
-MLflow is asked through explicit tracking and registry URIs (never its process-global ones),
-like :mod:`ffjobs.tracking.mlflow_logger`.
+The registry is asked through a client with explicit URIs, like
+:mod:`ffjobs.tracking.mlflow_logger`; only loading a model sets MLflow's process-global
+tracking URI, for the call, since ``models:/`` resolution reads nothing else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from torch import nn
@@ -62,10 +65,8 @@ def load_registered_model(config: Config, model_uri: str) -> nn.Module:
 
     uri = config.tracking.tracking_uri
     try:
-        with tempfile.TemporaryDirectory(prefix="ffjobs-model-") as tmp:
-            local = download_artifacts(
-                artifact_uri=model_uri, dst_path=tmp, tracking_uri=uri, registry_uri=uri
-            )
+        with tempfile.TemporaryDirectory(prefix="ffjobs-model-") as tmp, _mlflow_uris(uri):
+            local = download_artifacts(artifact_uri=model_uri, dst_path=tmp)
             model = mlflow.pytorch.load_model(local, weights_only=False)
     except MlflowException as exc:
         raise UserError(
@@ -85,6 +86,20 @@ def load_champion(config: Config) -> RegisteredModel | None:
         return None
     version, model_uri = found
     return RegisteredModel(version, model_uri, load_registered_model(config, model_uri))
+
+
+@contextlib.contextmanager
+def _mlflow_uris(uri: str) -> Iterator[None]:
+    """MLflow's process-global tracking URI set to ``uri`` for the block (the registry follows
+    it): a ``models:/`` URI is resolved through it, whatever the call's own arguments say."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous)
 
 
 def _registry_problem(uri: str, exc: Exception) -> str:

@@ -19,7 +19,7 @@ UNCHANGED = "the target unchanged"
 class GateDecision:
     passed: bool
     reasons: list[str] = field(default_factory=list)
-    """One line per check, e.g. ``identity_cosine 0.214 > -0.012 (the target unchanged)``
+    """One line per check, e.g. ``identity_top1 0.150 > 0.000 (the target unchanged)``
     or ``psnr 18.10 < champion 19.40 - 0``."""
     failures: list[str] = field(default_factory=list)
     """The reasons of the checks that failed."""
@@ -29,10 +29,12 @@ class GateDecision:
 
 
 def thresholds(gate: GateConfig, unchanged: Mapping[str, float]) -> dict[str, tuple[float, str]]:
-    """``metric -> (bound, where it comes from)``. Identity metrics left unset must beat
-    ``unchanged``, what returning the target unchanged scores (strictly: reaching it means no
-    identity moved); a set threshold is met by reaching it."""
+    """``metric -> (bound, where it comes from)``. A set threshold is met by reaching it;
+    retrieval left unset must beat ``unchanged["identity_top1"]``, what returning the target
+    unchanged scores (strictly: reaching it means no identity moved)."""
     found = {}
+    if gate.min_identity_top1 is None:
+        found["identity_top1"] = (unchanged["identity_top1"], UNCHANGED)
     for metric, minimum in (
         ("identity_top1", gate.min_identity_top1),
         ("identity_cosine", gate.min_identity_cosine),
@@ -41,8 +43,6 @@ def thresholds(gate: GateConfig, unchanged: Mapping[str, float]) -> dict[str, tu
     ):
         if minimum is not None:
             found[metric] = (minimum, f"evaluate.gate.min_{metric}")
-        elif metric in unchanged:
-            found[metric] = (unchanged[metric], UNCHANGED)
     return found
 
 

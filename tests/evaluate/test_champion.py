@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mlflow
 import mlflow.pytorch
+import pytest
 from mlflow.tracking import MlflowClient
 
 from ffjobs.errors import ExitCode
@@ -15,6 +16,7 @@ from ffjobs.runs.run import create_run
 from .test_evaluate import untrained_model
 
 NAME = "ffjobs-evaluate-test"
+pytestmark = pytest.mark.slow  # the session's trained model: about a minute on 2 cores
 
 
 def register_champion(uri: str, model) -> str:
@@ -25,7 +27,11 @@ def register_champion(uri: str, model) -> str:
     try:
         with mlflow.start_run():
             info = mlflow.pytorch.log_model(
-                model, name="model", registered_model_name=NAME, pip_requirements=["torch"]
+                model,
+                name="model",
+                registered_model_name=NAME,
+                pip_requirements=["torch"],
+                serialization_format="pickle",  # the module itself, as the registry logs it
             )
     finally:
         mlflow.set_tracking_uri(previous)
@@ -65,5 +71,6 @@ def test_gate_passes_a_model_better_than_the_champion_and_blocks_a_worse_one(
     assert worse.facts["champion"]["version"] == "2"
     assert worse.summary.startswith(f"gate blocked models:/{NAME}/1: ")
     assert "< champion" in worse.summary and not worse.facts["gate"]["passed"]
-    # the champion evaluated now gives what the trained model gave as the candidate
+    # the champion evaluated now gives what the trained model gave as the candidate: the same
+    # weights on the same set, so the same numbers
     assert worse.facts["champion"]["metrics"] == better.facts["metrics"]

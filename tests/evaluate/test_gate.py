@@ -10,18 +10,18 @@ UNCHANGED = {"identity_top1": 0.0, "identity_cosine": -0.012}
 """What returning the target unchanged scores."""
 
 
-def test_default_gate_asks_for_more_identity_than_the_unchanged_target():
+def test_default_gate_asks_for_retrieval_above_the_unchanged_target_and_some_ssim():
     passed = decide(GOOD, GateConfig(), unchanged=UNCHANGED, champion=None)
     assert passed.passed and passed.failures == []
     assert passed.reasons == [
         "identity_top1 0.625 > 0.000 (the target unchanged)",
-        "identity_cosine 0.410 > -0.012 (the target unchanged)",
+        "ssim 0.610 >= 0.200 (evaluate.gate.min_ssim)",
     ]
-    copied = {**GOOD, "identity_top1": 0.0, "identity_cosine": -0.012}
+    copied = {**GOOD, "identity_top1": 0.0, "ssim": 0.07}
     blocked = decide(copied, GateConfig(), unchanged=UNCHANGED, champion=None)
     assert blocked.failures == [
         "identity_top1 0.000 <= 0.000 (the target unchanged)",
-        "identity_cosine -0.012 <= -0.012 (the target unchanged)",
+        "ssim 0.070 < 0.200 (evaluate.gate.min_ssim)",
     ]
 
 
@@ -34,7 +34,10 @@ def test_thresholds_name_their_setting():
         "ssim 0.610 < 0.700 (evaluate.gate.min_ssim)",
     ]
     assert "psnr 19.40 >= 19.00 (evaluate.gate.min_psnr)" in decision.reasons
-    assert "identity_cosine 0.410 > -0.012 (the target unchanged)" in decision.reasons
+    cosine = GateConfig(min_identity_cosine=0.5)
+    assert decide(GOOD, cosine, unchanged=UNCHANGED, champion=None).failures == [
+        "identity_cosine 0.410 < 0.500 (evaluate.gate.min_identity_cosine)"
+    ]
 
 
 def test_champion_comparison_with_and_without_slack():
