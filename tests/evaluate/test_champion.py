@@ -61,7 +61,7 @@ def test_gate_passes_a_model_better_than_the_champion_and_blocks_a_worse_one(
     assert better.status == "passed", better.summary
     champion = better.facts["champion"]
     assert champion["version"] == untrained and champion["model_uri"] == f"models:/{NAME}/1"
-    assert champion["deltas"]["identity_top1"] > 0 and champion["deltas"]["psnr"] > 0
+    assert champion["deltas"]["identity_cosine"] > 0 and champion["deltas"]["ssim"] > 0
     assert any(r.startswith("psnr ") and "champion" in r for r in better.facts["gate"]["reasons"])
 
     trained_model, _ = face_swap_from_checkpoint(config, run.checkpoint_dir)
