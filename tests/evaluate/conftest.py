@@ -1,6 +1,6 @@
 """One tiny trained model for every evaluation test: a synthetic dataset, the training and the
 evaluation identity encoders (different archs, seeds and input sizes), and one
-``ffjobs run --stages validate,train,evaluate`` on a single CPU rank, made once per session."""
+``ffjobs run --stages validate,train,evaluate`` on a single CPU rank, made once per test run."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class Trained:
     run_key: str
     run_dir: Path
     summary: dict
-    """``ffjobs run --json`` of the session's run."""
+    """``ffjobs run --json`` of the shared run."""
 
     def config(self, *more: str) -> Config:
         return load_config("local", [*self.overrides, *more])

@@ -16,7 +16,7 @@ from ffjobs.runs.run import create_run
 from .test_evaluate import untrained_model
 
 NAME = "ffjobs-evaluate-test"
-pytestmark = pytest.mark.slow  # the session's trained model: about a minute on 2 cores
+pytestmark = pytest.mark.slow  # the shared trained model: about a minute on 2 cores
 
 
 def register_champion(uri: str, model) -> str:
@@ -50,7 +50,7 @@ def test_gate_passes_a_model_better_than_the_champion_and_blocks_a_worse_one(
         f"runs_dir={tmp_path / 'runs'}",
         f"train.checkpoint_dir={trained.root / 'runs/checkpoints'}",
     )
-    run = create_run(config, key=trained.run_key)  # the session's checkpoints, a run of our own
+    run = create_run(config, key=trained.run_key)  # the shared checkpoints, a run of our own
 
     alone = evaluate_stage(config, run)  # no such registered model yet: thresholds only
     assert alone.status == "passed" and alone.facts["champion"] is None

@@ -21,7 +21,7 @@ from ffjobs.train.trainer import seed_everything
 from .conftest import ffjobs
 
 CPU = torch.device("cpu")
-pytestmark = pytest.mark.slow  # the session's trained model: about a minute on 2 cores
+pytestmark = pytest.mark.slow  # the shared trained model: about a minute on 2 cores
 
 
 def untrained_model(config) -> FaceSwap:
@@ -115,7 +115,7 @@ def test_pose_error_and_fid_with_the_users_torchscript_files(trained, tmp_path):
         f"runs_dir={tmp_path / 'runs'}",
         f"train.checkpoint_dir={trained.root / 'runs/checkpoints'}",
     )
-    run = create_run(config, key=trained.run_key)  # its checkpoints are the session's run's
+    run = create_run(config, key=trained.run_key)  # its checkpoints are the shared run's
     outcome = evaluate_stage(config, run)
     assert outcome.status == "passed", outcome.summary
     assert outcome.facts["skipped"] == {}
