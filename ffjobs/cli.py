@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "ffjobs.bench.commands",
     "ffjobs.pipeline",
     "ffjobs.runs.commands",
+    "ffjobs.registry.commands",
 )
 
 

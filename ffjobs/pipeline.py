@@ -1,4 +1,4 @@
-"""``ffjobs run``: the whole pipeline in one command (validate -> preflight -> train).
+"""``ffjobs run``: the whole pipeline in one command (validate -> ... -> register).
 
 Every ``ffjobs run`` is a new run with its own key, run directory, checkpoint folder and MLflow
 run; ``--resume RUN_KEY`` continues one. The stages are the same functions the single-stage
@@ -62,11 +62,11 @@ def summary_dict(run: Run) -> dict[str, Any]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
-        help="run the whole pipeline: validate -> preflight -> train (a new run each time)",
+        help="run the whole pipeline, validate to register (a new run each time)",
         description="Chain the stages on this machine (default: the embedded local profile, "
         "CPU, synthetic data). Each invocation is a new run with its own key, run directory, "
         "checkpoints and MLflow run; --resume RUN_KEY continues one. Stops at the first stage "
-        "that fails.",
+        "that fails; a model that passes evaluation is registered as the challenger for review.",
     )
     add_config_arguments(parser)
     add_json_argument(parser)
@@ -111,4 +111,9 @@ def _run(args: argparse.Namespace) -> int:
         verdict = "passed" if summary["passed"] else "FAILED"
         where = f"; MLflow {summary['mlflow']}" if summary["mlflow"] else ""
         print(f"pipeline {verdict}: run {run.key}, outputs in {run.dir}{where}")
+        registered = next((o for o in run.outcomes if o.name == "register" and o.facts), None)
+        if registered is not None:
+            from ffjobs.registry.stage import review_hint
+
+            print("\n".join(review_hint(registered.facts, config)))
     return summary["exit_code"]

@@ -148,12 +148,16 @@ class Run:
         """This run's own checkpoint folder: ``<train.checkpoint_dir>/<key>``."""
         return join_location(self.config.train.checkpoint_dir, self.key)
 
-    def facts(self, stage: str) -> dict[str, Any]:
-        """The facts of ``stage``'s latest outcome in this run (``{}`` if it has not run)."""
+    def outcome(self, stage: str) -> dict[str, Any] | None:
+        """``stage``'s latest recorded outcome in this run (status, summary, facts), or None."""
         for outcome in reversed(self.record.get("stages", [])):
             if outcome["name"] == stage:
-                return dict(outcome.get("facts", {}))
-        return {}
+                return outcome
+        return None
+
+    def facts(self, stage: str) -> dict[str, Any]:
+        """The facts of ``stage``'s latest outcome in this run (``{}`` if it has not run)."""
+        return dict((self.outcome(stage) or {}).get("facts", {}))
 
     def stage_dir(self, stage: str) -> Path:
         path = self.dir / stage

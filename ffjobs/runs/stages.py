@@ -23,6 +23,7 @@ STAGES: dict[str, str] = {
     "preflight": "ffjobs.preflight.stage:preflight_stage",
     "train": "ffjobs.train.stage:train_stage",
     "evaluate": "ffjobs.evaluate.stage:evaluate_stage",
+    "register": "ffjobs.registry.stage:register_stage",
 }
 """Stage name -> ``module:function``, in pipeline order (imported when the stage runs)."""
 

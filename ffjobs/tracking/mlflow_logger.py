@@ -41,6 +41,7 @@ __all__ = [
     "end_run",
     "environment_tags",
     "flatten",
+    "mlflow_client",
     "reopen_run",
     "run_link",
     "start_run",
@@ -83,7 +84,8 @@ def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _client(tracking: TrackingConfig):
+def mlflow_client(tracking: TrackingConfig):
+    """An ``MlflowClient`` for ``tracking.tracking_uri`` (its registry too), quiet on stdout."""
     # MLflow prints "View run ... at: <url>" on stdout when a run on a server ends; stdout is
     # the --json document's, and ffjobs prints the run's link itself
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
@@ -106,7 +108,7 @@ def start_run(
     if not tracking.enabled:
         return None
     try:
-        client = _client(tracking)
+        client = mlflow_client(tracking)
         experiment = client.get_experiment_by_name(tracking.experiment)
         experiment_id = (
             experiment.experiment_id
@@ -131,7 +133,7 @@ def reopen_run(tracking: TrackingConfig, run_id: str) -> bool:
     if not tracking.enabled:
         return False
     try:
-        _client(tracking).update_run(run_id, status="RUNNING")
+        mlflow_client(tracking).update_run(run_id, status="RUNNING")
         return True
     except Exception as exc:
         _warn(f"cannot reopen MLflow run {run_id} at {tracking.tracking_uri}: {exc}")
@@ -148,7 +150,7 @@ def deliver_pending(tracking: TrackingConfig, run_id: str | None, run_dir: str |
     if not tracking.enabled or run_id is None or not directory.is_dir():
         return 0
     try:
-        client = _client(tracking)
+        client = mlflow_client(tracking)
         _, left = deliver_run(client, run_id, directory)
         return left
     except Exception as exc:
@@ -167,7 +169,7 @@ def end_run(tracking: TrackingConfig, run_id: str | None, status: str = "FINISHE
     if not tracking.enabled or run_id is None:
         return
     try:
-        _client(tracking).set_terminated(run_id, status=status)
+        mlflow_client(tracking).set_terminated(run_id, status=status)
     except Exception as exc:
         _warn(f"ending MLflow run {run_id} at {tracking.tracking_uri} failed: {exc}")
 
@@ -179,7 +181,7 @@ def run_link(tracking: TrackingConfig, run_id: str | None) -> str | None:
     uri = tracking.tracking_uri.rstrip("/")
     if uri.startswith(("http://", "https://")):
         try:
-            experiment_id = _client(tracking).get_run(run_id).info.experiment_id
+            experiment_id = mlflow_client(tracking).get_run(run_id).info.experiment_id
             return f"{uri}/#/experiments/{experiment_id}/runs/{run_id}"
         except Exception:
             return f"{uri} (run {run_id})"
@@ -312,7 +314,7 @@ class RunLogger:
     def _deliver(self) -> int:
         if self._client is None:
             try:
-                self._client = _client(self.tracking)
+                self._client = mlflow_client(self.tracking)
             except ImportError as exc:
                 raise Unavailable(f"MLflow is not importable here ({exc})") from None
         sent, _ = deliver(self._client, self.run_id, self._spool)

@@ -1,0 +1,94 @@
+"""The MLflow model registry as the review uses it: aliases and tags only (no stages).
+
+A version's review state is its tag ``validation_status`` (``pending_review``, ``approved``,
+``rejected``); the alias ``champion`` names the approved model in use and ``challenger`` the
+newest candidate awaiting review. Lookups that can fail because of what a user typed (a model
+or version that does not exist) raise a one-line :class:`UserError` naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from ffjobs.errors import UserError
+from ffjobs.tracking.config import TrackingConfig
+
+CHAMPION = "champion"
+CHALLENGER = "challenger"
+
+STATUS_TAG = "validation_status"
+PENDING, APPROVED, REJECTED = "pending_review", "approved", "rejected"
+
+
+def is_not_found(exc: Exception) -> bool:
+    """Whether an MLflow error says the model, version or alias does not exist."""
+    return getattr(exc, "error_code", None) == "RESOURCE_DOES_NOT_EXIST"
+
+
+def registered_model(client: Any, name: str) -> Any:
+    """The registered model ``name``; a UserError naming it (and the known ones) if missing."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_registered_model(name)
+    except MlflowException as exc:
+        if not is_not_found(exc):
+            raise
+    known = sorted(m.name for m in client.search_registered_models(max_results=20))
+    hint = f"; registered models: {', '.join(known)}" if known else "; none is registered yet"
+    raise UserError(f"model {name!r} not found in the registry at {_uri(client)}{hint}")
+
+
+def model_version(client: Any, name: str, version: str) -> Any:
+    """Version ``version`` of ``name``; a UserError naming both if either is missing."""
+    from mlflow.exceptions import MlflowException
+
+    if not str(version).isdigit():
+        raise UserError(f"version {version!r}: a version is a number, such as 3")
+    registered_model(client, name)
+    try:
+        return client.get_model_version(name, str(version))
+    except MlflowException as exc:
+        if not is_not_found(exc):
+            raise
+    versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
+    known = f"versions {versions[0]}..{versions[-1]}" if versions else "no versions"
+    raise UserError(f"model {name!r} has no version {version} (it has {known})")
+
+
+def version_by_alias(client: Any, name: str, alias: str) -> Any | None:
+    """The version ``alias`` points to, or None when the alias is not set."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except MlflowException as exc:
+        if is_not_found(exc):
+            return None
+        raise
+
+
+def version_link(tracking: TrackingConfig, name: str, version: str | int) -> str:
+    """Where a reviewer finds the version: its UI page for a server, else the store."""
+    uri = tracking.tracking_uri.rstrip("/")
+    if uri.startswith(("http://", "https://")):
+        return f"{uri}/#/models/{name}/versions/{version}"
+    return f"{uri} (model {name} version {version})"
+
+
+def tracking_from_args(args: argparse.Namespace) -> TrackingConfig:
+    """The tracking store of a review command: the config's when ``--config`` or ``--set
+    tracking.*`` says so, else ``MLFLOW_TRACKING_URI``, else the embedded default's."""
+    from ffjobs.cli import config_from_args
+
+    tracking = config_from_args(args).tracking
+    chosen = args.config is not None or any(o.startswith("tracking.") for o in args.overrides)
+    if not chosen and os.environ.get("MLFLOW_TRACKING_URI"):
+        tracking.tracking_uri = os.environ["MLFLOW_TRACKING_URI"]
+    return tracking
+
+
+def _uri(client: Any) -> str:
+    return getattr(client, "tracking_uri", None) or "the tracking store"

@@ -1,0 +1,179 @@
+"""The register stage: the run's evaluated model into the registry as the ``challenger``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ffjobs.config import Config
+from ffjobs.errors import ExitCode, UserError
+from ffjobs.runs.run import Run, StageOutcome, link
+
+STAGE = "register"
+STEP_TAG = "checkpoint_step"
+
+
+def register_stage(config: Config, run: Run) -> StageOutcome:
+    """Log the run's model (its latest verified checkpoint, the one evaluate measured) into its
+    MLflow run, register it as a new version of ``registry.model_name`` with the model card as
+    description, review tags and the alias ``challenger``.
+
+    Refuses a run without evaluation results or whose gate blocked it. A run whose model at
+    this step is registered already (a retried task, a resumed run) is ``skipped``, naming
+    that version. Facts: ``name``, ``version``, ``model_uri`` (``models:/NAME/V``), ``link``.
+    """
+    from mlflow.exceptions import MlflowException
+
+    from ffjobs.models.swap import face_swap_from_checkpoint
+
+    evaluation = _passed_evaluation(run)
+    if not config.tracking.enabled:
+        return StageOutcome(STAGE, "skipped", 0.0, "tracking.enabled is false: no registry")
+    if run.mlflow_run_id is None:
+        return StageOutcome(
+            STAGE,
+            "failed",
+            0.0,
+            f"run {run.key} has no MLflow run (the tracking server was unreachable when it "
+            f"started); when it is back: ffjobs run --resume {run.key} --stages register",
+            ExitCode.RETRYABLE,
+        )
+    model, step = face_swap_from_checkpoint(config, run.checkpoint_dir)
+    if evaluation.get("step") is not None and int(evaluation["step"]) != step:
+        raise UserError(
+            f"run {run.key}: its latest verified checkpoint is step {step} but evaluate "
+            f"measured step {evaluation['step']}; evaluate it again first: "
+            f"ffjobs run --resume {run.key} --stages evaluate,register"
+        )
+    try:
+        return _register(config, run, model, step)
+    except MlflowException as exc:
+        return StageOutcome(
+            STAGE,
+            "failed",
+            0.0,
+            f"registry at {config.tracking.tracking_uri}: {str(exc).splitlines()[0]}",
+            ExitCode.RETRYABLE,
+        )
+
+
+def _passed_evaluation(run: Run) -> dict[str, Any]:
+    evaluation = run.facts("evaluate")
+    if not evaluation:
+        raise UserError(
+            f"run {run.key} has no evaluation results: the register stage registers the model "
+            f"the evaluate stage measured; run it first: "
+            f"ffjobs run --resume {run.key} --stages evaluate,register"
+        )
+    gate = evaluation.get("gate") or {}
+    if not gate.get("passed"):
+        reasons = "; ".join(gate.get("reasons") or ["no gate decision recorded"])
+        raise UserError(f"run {run.key}: the evaluation gate blocked this model ({reasons})")
+    return evaluation
+
+
+def _register(config: Config, run: Run, model: Any, step: int) -> StageOutcome:
+    from ffjobs.registry.client import PENDING, STATUS_TAG, version_link
+    from ffjobs.registry.model_card import KEY_METRICS, model_card
+    from ffjobs.registry.provenance import airflow_dag_run, code_commit
+    from ffjobs.registry.publish import log_face_swap, register_version
+    from ffjobs.tracking.mlflow_logger import mlflow_client
+
+    name = config.registry.model_name
+    client = mlflow_client(config.tracking)
+    existing = _registered_already(client, name, run.mlflow_run_id, step)
+    if existing is not None:
+        facts = _facts(config, name, existing.version)
+        summary = (
+            f"the model at step {step} is registered already: {name} version "
+            f"{existing.version} ({existing.tags.get(STATUS_TAG, 'no review state')})"
+        )
+        return StageOutcome(STAGE, "skipped", 0.0, summary, facts=facts)
+
+    commit, airflow, run_link = code_commit(), airflow_dag_run(run.record), link(run)
+    card = model_card(
+        run,
+        step=step,
+        links={
+            "mlflow_run": run_link,
+            "airflow": f"{airflow['dag_id']} / {airflow['run_id']}" if airflow else None,
+            "git_commit": commit,
+        },
+    )
+    card_file = run.stage_dir(STAGE) / "model_card.md"
+    card_file.write_text(card)
+    metrics = run.facts("evaluate").get("metrics") or {}
+    tags = {
+        STATUS_TAG: PENDING,
+        "dataset_fingerprint": run.record.get("dataset_fingerprint") or "unknown",
+        "git_commit": commit,
+        "run_key": run.key,
+        STEP_TAG: str(step),
+        **({"airflow_run_id": airflow["run_id"]} if airflow else {}),
+        **{f"eval.{m}": f"{metrics[m]:.4g}" for m in KEY_METRICS if m in metrics},
+    }
+    info = log_face_swap(client, config.tracking, run.mlflow_run_id, model)
+    version = register_version(
+        client,
+        name,
+        info,
+        run.mlflow_run_id,
+        description=card,
+        tags=tags,
+        run_link=run_link if run_link and run_link.startswith("http") else None,
+    )
+    facts = _facts(config, name, version.version)
+    return StageOutcome(
+        STAGE,
+        "passed",
+        0.0,
+        f"{name} version {version.version} is the challenger, pending review: "
+        f"{version_link(config.tracking, name, version.version)}",
+        artifacts=[str(card_file)],
+        facts={**facts, "step": step, "model_id": info.model_id},
+    )
+
+
+def _registered_already(client: Any, name: str, run_id: str, step: int) -> Any | None:
+    from mlflow.exceptions import MlflowException
+
+    from ffjobs.registry.client import is_not_found
+
+    try:
+        versions = client.search_model_versions(f"name='{name}' and run_id='{run_id}'")
+    except MlflowException as exc:
+        if is_not_found(exc):
+            return None
+        raise
+    return next((v for v in versions if v.tags.get(STEP_TAG) == str(step)), None)
+
+
+def _facts(config: Config, name: str, version: str) -> dict[str, Any]:
+    from ffjobs.registry.client import version_link
+
+    return {
+        "name": name,
+        "version": str(version),
+        "model_uri": f"models:/{name}/{version}",
+        "link": version_link(config.tracking, name, version),
+    }
+
+
+def review_hint(facts: dict[str, Any], config: Config) -> list[str]:
+    """What to do next with a registered challenger: where to look and the commands to run."""
+    from ffjobs.tracking.config import TrackingConfig
+
+    name, version = facts["name"], facts["version"]
+    uri = config.tracking.tracking_uri
+    store = "" if uri == TrackingConfig().tracking_uri else f" --set tracking.tracking_uri={uri}"
+    ui = (
+        facts["link"]
+        if uri.startswith(("http://", "https://"))
+        else f"mlflow ui --backend-store-uri {uri}, then Models -> {name} -> Version {version}"
+    )
+    return [
+        f"model {name} version {version} is the challenger, pending review: {ui}",
+        f"  compare:  ffjobs registry list {name}{store}",
+        f"  try it:   ffjobs swap --model {facts['model_uri']} SOURCE.png TARGET.png OUT.png{store}",
+        f'  decide:   ffjobs registry approve {name} {version} --reason "..."{store}'
+        f"   (or: reject)",
+    ]
