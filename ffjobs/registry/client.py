@@ -60,14 +60,10 @@ def model_version(client: Any, name: str, version: str) -> Any:
 
 def version_by_alias(client: Any, name: str, alias: str) -> Any | None:
     """The version ``alias`` points to, or None when the alias is not set."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.get_model_version_by_alias(name, alias)
-    except MlflowException as exc:
-        if is_not_found(exc):
-            return None
-        raise
+    # read from the model's alias table: a missing alias is RESOURCE_DOES_NOT_EXIST in the
+    # sqlite store but INVALID_PARAMETER_VALUE from a server, so its error cannot be trusted
+    version = (client.get_registered_model(name).aliases or {}).get(alias)
+    return None if version is None else client.get_model_version(name, str(version))
 
 
 def version_link(tracking: TrackingConfig, name: str, version: str | int) -> str:

@@ -182,11 +182,13 @@ def _swap(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from ffjobs.registry.client import tracking_from_args
-    from ffjobs.registry.swap import check_output, load_face_swap, swap_files
+    from ffjobs.registry.swap import check_output, load_face_swap, open_image, swap_files
 
-    check_output(args.out, force=args.force)  # before a model is downloaded
+    # every mistake in the arguments is found before a model is downloaded
+    check_output(args.out, force=args.force)
+    source, target = open_image(args.source), open_image(args.target)
     model = load_face_swap(tracking_from_args(args), args.model)
-    result = swap_files(model, args.source, args.target, args.out, force=args.force)
+    result = swap_files(model, source, target, args.out, force=args.force)
     if args.json:
         print_json({"model": args.model, **asdict(result)})
         return ExitCode.OK

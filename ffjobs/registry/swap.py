@@ -40,21 +40,29 @@ def load_face_swap(tracking: TrackingConfig, uri: str) -> Any:
     return model
 
 
-def read_face(path: Path, resolution: int) -> Any:
-    """``path`` as a ``(1, 3, R, R)`` float tensor in [-1, 1]: centre square, resized."""
-    import numpy as np
-    import torch
+def open_image(path: Path) -> Any:
+    """``path`` as an RGB PIL image; a UserError naming the file if it cannot be read."""
     from PIL import Image, UnidentifiedImageError
-
-    from ffjobs.data.dataset import to_model_images
 
     try:
         with Image.open(path) as opened:
-            image = opened.convert("RGB")
+            return opened.convert("RGB")
     except FileNotFoundError:
         raise UserError(f"{path}: no such image file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a folder, not an image file") from None
     except (UnidentifiedImageError, OSError, ValueError) as exc:
         raise UserError(f"{path}: not a readable image ({exc})") from None
+
+
+def face_tensor(image: Any, resolution: int) -> Any:
+    """A PIL image as a ``(1, 3, R, R)`` float tensor in [-1, 1]: its centre square, resized."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from ffjobs.data.dataset import to_model_images
+
     side = min(image.size)
     left, top = (image.width - side) // 2, (image.height - side) // 2
     square = image.crop((left, top, left + side, top + side))
@@ -62,6 +70,11 @@ def read_face(path: Path, resolution: int) -> Any:
         square = square.resize((resolution, resolution), Image.Resampling.BICUBIC)
     pixels = torch.from_numpy(np.asarray(square).copy()).permute(2, 0, 1)
     return to_model_images(pixels[None])
+
+
+def read_face(path: Path, resolution: int) -> Any:
+    """:func:`open_image` then :func:`face_tensor`."""
+    return face_tensor(open_image(path), resolution)
 
 
 def to_uint8(images: Any) -> Any:
@@ -96,8 +109,9 @@ class SwapResult:
     """The same between the two inputs: how alike the two identities already were."""
 
 
-def swap_files(model: Any, source: Path, target: Path, out: Path, *, force: bool) -> SwapResult:
-    """Fuse ``source``'s identity into ``target``, write it to ``out``, compare identities."""
+def swap_files(model: Any, source: Any, target: Any, out: Path, *, force: bool) -> SwapResult:
+    """Fuse ``source``'s identity into ``target`` (PIL images), write it to ``out``, and
+    compare the identity of what was written with both inputs'."""
     import torch
     from PIL import Image
 
@@ -106,7 +120,7 @@ def swap_files(model: Any, source: Path, target: Path, out: Path, *, force: bool
 
     check_output(out, force=force)
     resolution = model.resolution
-    source_image, target_image = read_face(source, resolution), read_face(target, resolution)
+    source_image, target_image = face_tensor(source, resolution), face_tensor(target, resolution)
     with torch.no_grad():
         written = to_uint8(model(source_image, target_image))
         Image.fromarray(written[0].permute(1, 2, 0).numpy()).save(out)

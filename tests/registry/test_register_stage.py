@@ -1,0 +1,81 @@
+"""The register stage against a real MLflow server: the run's model logged into its own MLflow
+run, registered with the model card, the review tags and the alias ``challenger``."""
+
+from __future__ import annotations
+
+import pytest
+
+from ffjobs.errors import UserError
+from ffjobs.models.swap import FaceSwap
+from ffjobs.registry.swap import load_face_swap
+from ffjobs.runs.stages import run_stage
+from ffjobs.tracking.mlflow_logger import mlflow_client
+
+from .conftest import TRAIN_STEPS
+
+
+@pytest.mark.slow  # the first user of the trained session fixture pays for its training
+def test_registered_version_is_the_challenger_with_card_and_tags(trained, monkeypatch):
+    config, run = trained.config, trained.run
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "ffjobs_pipeline")
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_RUN_ID", "manual__2026-12-01T10:00:00")
+    outcome = run_stage(config, run, "register")
+    assert outcome.status == "passed", outcome.summary
+    name, version = outcome.facts["name"], outcome.facts["version"]
+    assert name == "face-swap-under-review"
+    assert outcome.facts["model_uri"] == f"models:/{name}/{version}"
+    assert outcome.facts["link"].endswith(f"/#/models/{name}/versions/{version}")
+
+    client = mlflow_client(config.tracking)
+    registered = client.get_model_version(name, version)
+    assert client.get_model_version_by_alias(name, "challenger").version == version
+    assert registered.run_id == run.mlflow_run_id
+    tags = registered.tags
+    assert tags["validation_status"] == "pending_review"
+    assert tags["dataset_fingerprint"] == run.record["dataset_fingerprint"]
+    assert tags["run_key"] == run.key
+    assert tags["airflow_run_id"] == "manual__2026-12-01T10:00:00"
+    assert tags["checkpoint_step"] == str(TRAIN_STEPS)
+    assert len(tags["git_commit"].removesuffix("-dirty")) == 40 or tags["git_commit"] == "unknown"
+    assert tags["eval.identity_top1"] == "0.5"
+
+    card = registered.description
+    assert card.startswith(f"# Face-swap model of run `{run.key}`")
+    assert f"fingerprint `{run.record['dataset_fingerprint']}`" in card
+    assert "- Validation: passed: 16 images, 4 identities" in card
+    assert f"checkpoint step {TRAIN_STEPS} of train.steps={TRAIN_STEPS}" in card
+    assert "1 node(s) x 1 rank(s), CPU" in card
+    assert "- Preflight: skipped: preflight.enabled is false" in card
+    assert f"- Training: passed: steps 0 -> {TRAIN_STEPS} on 1 ranks" in card
+    assert "| identity_top1 | 0.5 | - | - |" in card
+    assert "| fid | skipped: set evaluate.fid_weights" in card
+    assert "Gate: **passed**\n- identity_top1 0.50 >= 0.30 (threshold)" in card
+    assert f"- MLflow run: {config.tracking.tracking_uri}/#/experiments/" in card
+    assert "- Airflow DAG run: ffjobs_pipeline / manual__2026-12-01T10:00:00" in card
+    assert (run.dir / "register" / "model_card.md").read_text() == card
+
+    # logged into the pipeline's run, which its owner still holds open
+    assert client.get_run(run.mlflow_run_id).info.status == "RUNNING"
+    assert client.get_run(run.mlflow_run_id).data.tags["ffjobs.register"] == "passed"
+    loaded = load_face_swap(config.tracking, f"models:/{name}@challenger")
+    assert isinstance(loaded, FaceSwap) and loaded.resolution == config.model.resolution
+    assert registered.source == f"models:/{outcome.facts['model_id']}"
+    logged = client.get_logged_model(outcome.facts["model_id"])  # what the version came from
+    assert logged.source_run_id == run.mlflow_run_id
+    assert logged.experiment_id == client.get_run(run.mlflow_run_id).info.experiment_id
+
+    # a retried task registers nothing twice
+    again = run_stage(config, run, "register")
+    assert again.status == "skipped" and again.facts["version"] == version
+    assert len(client.search_model_versions(f"name='{name}'")) == int(version)
+
+
+def test_register_refuses_a_run_without_evaluation(tmp_path):
+    from ffjobs.config import load_config
+    from ffjobs.registry.stage import register_stage
+    from ffjobs.runs.run import create_run
+
+    config = load_config("local", ["tracking.enabled=false", f"runs_dir={tmp_path}"])
+    run = create_run(config, echo=lambda _line: None)
+    with pytest.raises(UserError, match=f"run {run.key} has no evaluation results.*--stages"):
+        register_stage(config, run)
