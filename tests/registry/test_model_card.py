@@ -1,0 +1,78 @@
+"""The model card and the end-of-run hint, from a run record alone (no MLflow, no torch)."""
+
+from __future__ import annotations
+
+from ffjobs.config import load_config
+from ffjobs.registry.model_card import DESCRIPTION_LIMIT, model_card
+from ffjobs.registry.stage import review_hint
+from ffjobs.runs.run import StageOutcome, create_run
+
+from .conftest import evaluate_outcome
+
+
+def _run(tmp_path, *overrides):
+    config = load_config(
+        "local", ["tracking.enabled=false", f"runs_dir={tmp_path}", "slurm.gpus_per_node=8",
+                  "slurm.nodes=2", "slurm.tasks_per_node=8", *overrides]
+    )  # fmt: skip
+    return create_run(config, echo=lambda _line: None)
+
+
+def test_card_has_slurm_attempts_and_champion_deltas(tmp_path):
+    run = _run(tmp_path)
+    run.record["dataset_fingerprint"] = "ab" * 32
+    run.record_outcome(StageOutcome("validate", "passed", 1.0, "192 images, 24 identities"))
+    run.record_outcome(StageOutcome("preflight", "passed", 1.0, "PASS on 16 ranks (nccl)"))
+    train = {"attempts": 2, "goodput": 0.875, "attempt_log": "runs/x/train/attempts.jsonl"}
+    run.record_outcome(StageOutcome("train", "passed", 9.0, "steps -> 400 on SLURM", facts=train))
+    champion = {
+        "version": "4",
+        "model_uri": "models:/ffjobs-face-swap/4",
+        "metrics": {"identity_top1": 0.4, "psnr": 15.0},
+        "deltas": {"identity_top1": 0.1},
+    }
+    run.record_outcome(evaluate_outcome(400, champion=champion))
+    card = model_card(run, step=400, links={"mlflow_run": "http://mlflow/#/r", "airflow": None})
+
+    assert f"fingerprint `{'ab' * 32}`" in card
+    assert "- Ranks: 2 node(s) x 8 rank(s), 8 GPU(s) per node (local executor)" in card
+    assert "- Preflight: passed: PASS on 16 ranks (nccl)" in card
+    assert (
+        "- Attempts: 2 attempt(s), goodput 87.5%; attempt log `runs/x/train/attempts.jsonl`" in card
+    )
+    assert "- Champion compared: 4" in card
+    assert "| identity_top1 | 0.5 | 0.4 | +0.1 (better) |" in card  # the evaluation's delta
+    assert "| psnr | 14.2 | 15 | -0.8 (worse) |" in card  # computed when not given
+    assert "- MLflow run: http://mlflow/#/r" in card and "Airflow" not in card
+
+
+def test_card_fits_the_registry_column(tmp_path):
+    run = _run(tmp_path)
+    outcome = evaluate_outcome(4)
+    outcome.facts["gate"]["reasons"] = [f"check {i}: " + "x" * 80 for i in range(200)]
+    run.record_outcome(outcome)
+    card = model_card(run, step=4, links={})
+    assert len(card) <= DESCRIPTION_LIMIT
+    assert card.endswith("the whole card is the run's artifact register/model_card.md)\n")
+
+
+def test_review_hint_names_the_store_and_the_next_commands(tmp_path):
+    run = _run(tmp_path, "tracking.tracking_uri=http://mlflow:5000")
+    facts = {
+        "name": "m",
+        "version": "3",
+        "model_uri": "models:/m/3",
+        "link": "http://mlflow:5000/#/models/m/versions/3",
+    }
+    lines = review_hint(facts, run.config)
+    assert lines[0] == (
+        "model m version 3 is the challenger, pending review: "
+        "http://mlflow:5000/#/models/m/versions/3"
+    )
+    store = "--set tracking.tracking_uri=http://mlflow:5000"
+    assert any(f"ffjobs registry list m {store}" in line for line in lines)
+    assert any(f'ffjobs registry approve m 3 --reason "..." {store}' in line for line in lines)
+    assert any("ffjobs swap --model models:/m/3 " in line for line in lines)
+    local = review_hint(facts, load_config("local"))  # the default store needs no --set
+    assert "mlflow ui --backend-store-uri sqlite:///runs/mlflow.db" in local[0]
+    assert all("--set" not in line for line in local)

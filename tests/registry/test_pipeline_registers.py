@@ -1,0 +1,39 @@
+"""``ffjobs run`` ends with a registered challenger and says where to review it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+QUICK = [
+    "--set", "train.steps=4",
+    "--set", "train.checkpoint_every=2",
+    "--set", "train.log_every=2",
+    "--set", "train.batch_size=4",
+    "--set", "data.synth.identities=6",
+    "--set", "data.synth.per_identity=4",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_ffjobs_run_registers_the_challenger(tmp_path):
+    pytest.importorskip("ffjobs.evaluate.stage", reason="needs the evaluate stage")
+    done = subprocess.run(
+        [sys.executable, "-m", "ffjobs.cli", "run", "--config", str(REPO / "configs/local.yaml"),
+         *QUICK],
+        cwd=tmp_path, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "[ passed] register" in done.stdout
+    assert "model ffjobs-face-swap version 1 is the challenger, pending review" in done.stdout
+    assert "ffjobs registry approve ffjobs-face-swap 1 --reason" in done.stdout
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'runs/mlflow.db'}")
+    aliases = client.get_registered_model("ffjobs-face-swap").aliases
+    assert {alias: str(v) for alias, v in aliases.items()} == {"challenger": "1"}
