@@ -128,14 +128,15 @@ def register_version(
         client.create_registered_model(
             name, description="Face-swap models of ffjobs runs: (source, target) -> fused face."
         )
-    version = client.create_model_version(
-        name,
-        source=model_info.model_uri,
-        run_id=run_id,
-        tags={key: str(value) for key, value in tags.items()},
-        run_link=run_link,
-        description=description,
-        model_id=model_info.model_id,
-    )
+    with _quiet("mlflow.store.model_registry.abstract_store"):  # "Waiting up to 300 s ..."
+        version = client.create_model_version(
+            name,
+            source=model_info.model_uri,
+            run_id=run_id,
+            tags={key: str(value) for key, value in tags.items()},
+            run_link=run_link,
+            description=description,
+            model_id=model_info.model_id,
+        )
     client.set_registered_model_alias(name, CHALLENGER, version.version)
     return version

@@ -21,8 +21,6 @@ def register_stage(config: Config, run: Run) -> StageOutcome:
     this step is registered already (a retried task, a resumed run) is ``skipped``, naming
     that version. Facts: ``name``, ``version``, ``model_uri`` (``models:/NAME/V``), ``link``.
     """
-    from mlflow.exceptions import MlflowException
-
     from ffjobs.models.swap import face_swap_from_checkpoint
 
     evaluation = _passed_evaluation(run)
@@ -44,6 +42,8 @@ def register_stage(config: Config, run: Run) -> StageOutcome:
             f"measured step {evaluation['step']}; evaluate it again first: "
             f"ffjobs run --resume {run.key} --stages evaluate,register"
         )
+    from mlflow.exceptions import MlflowException
+
     try:
         return _register(config, run, model, step)
     except MlflowException as exc:

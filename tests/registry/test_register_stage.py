@@ -11,7 +11,7 @@ from ffjobs.registry.swap import load_face_swap
 from ffjobs.runs.stages import run_stage
 from ffjobs.tracking.mlflow_logger import mlflow_client
 
-from .conftest import TRAIN_STEPS
+from .conftest import TRAIN_STEPS, evaluate_outcome
 
 
 @pytest.mark.slow  # the first user of the trained session fixture pays for its training
@@ -70,7 +70,7 @@ def test_registered_version_is_the_challenger_with_card_and_tags(trained, monkey
     assert len(client.search_model_versions(f"name='{name}'")) == int(version)
 
 
-def test_register_refuses_a_run_without_evaluation(tmp_path):
+def test_register_refuses_a_run_without_a_passed_evaluation(tmp_path):
     from ffjobs.config import load_config
     from ffjobs.registry.stage import register_stage
     from ffjobs.runs.run import create_run
@@ -78,4 +78,9 @@ def test_register_refuses_a_run_without_evaluation(tmp_path):
     config = load_config("local", ["tracking.enabled=false", f"runs_dir={tmp_path}"])
     run = create_run(config, echo=lambda _line: None)
     with pytest.raises(UserError, match=f"run {run.key} has no evaluation results.*--stages"):
+        register_stage(config, run)
+    blocked = evaluate_outcome(4)
+    blocked.facts["gate"] = {"passed": False, "reasons": ["psnr 12.0 < champion 14.0 - 0.0"]}
+    run.record_outcome(blocked)
+    with pytest.raises(UserError, match=r"gate blocked this model \(psnr 12.0 < champion"):
         register_stage(config, run)
