@@ -9,7 +9,9 @@ or version that does not exist) raise a one-line :class:`UserError` naming it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from ffjobs.errors import UserError
@@ -72,6 +74,28 @@ def version_link(tracking: TrackingConfig, name: str, version: str | int) -> str
     if uri.startswith(("http://", "https://")):
         return f"{uri}/#/models/{name}/versions/{version}"
     return f"{uri} (model {name} version {version})"
+
+
+@contextlib.contextmanager
+def fluent_tracking(tracking_uri: str, experiment_id: str | None = None) -> Iterator[None]:
+    """MLflow's process-global tracking URI (and experiment) set for one call, then restored:
+    ``log_model`` and ``load_model`` read them, and nothing else here should."""
+    import mlflow
+
+    saved = {key: os.environ.get(key) for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID")}
+    mlflow.set_tracking_uri(tracking_uri)
+    if experiment_id is not None:
+        # without it a logged model lands in the Default experiment, not its run's
+        os.environ["MLFLOW_EXPERIMENT_ID"] = experiment_id
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(saved["MLFLOW_TRACKING_URI"])
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def tracking_from_args(args: argparse.Namespace) -> TrackingConfig:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ffjobs.registry.client import CHALLENGER
+from ffjobs.registry.client import CHALLENGER, fluent_tracking
 from ffjobs.tracking.config import TrackingConfig
 
 ARTIFACT_NAME = "face_swap"
@@ -39,26 +38,6 @@ def face_swap_input_example(resolution: int) -> dict[str, Any]:
 
     grey = np.zeros((1, 3, resolution, resolution), dtype=np.float32)
     return {"source": grey, "target": grey.copy()}
-
-
-@contextlib.contextmanager
-def _fluent_tracking(tracking_uri: str, experiment_id: str) -> Iterator[None]:
-    """MLflow's global tracking URI and experiment set to the run's, for one call."""
-    import mlflow
-
-    saved = {key: os.environ.get(key) for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID")}
-    mlflow.set_tracking_uri(tracking_uri)
-    # without it the logged model lands in the Default experiment, not the run's
-    os.environ["MLFLOW_EXPERIMENT_ID"] = experiment_id
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(saved["MLFLOW_TRACKING_URI"])
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @contextlib.contextmanager
@@ -90,7 +69,7 @@ def log_face_swap(client: Any, tracking: TrackingConfig, run_id: str, model: Any
     # project's own) and that its pandas/numpy serving cannot feed a two-input model (it is
     # loaded with mlflow.pytorch.load_model): both are known, neither is news to a user
     with (
-        _fluent_tracking(tracking.tracking_uri, experiment_id),
+        fluent_tracking(tracking.tracking_uri, experiment_id),
         _quiet("mlflow.pytorch", "mlflow.models.model"),
     ):
         return mlflow.pytorch.log_model(
@@ -106,6 +85,7 @@ def log_face_swap(client: Any, tracking: TrackingConfig, run_id: str, model: Any
 
 def register_version(
     client: Any,
+    tracking: TrackingConfig,
     name: str,
     model_info: Any,
     run_id: str,
@@ -128,7 +108,13 @@ def register_version(
         client.create_registered_model(
             name, description="Face-swap models of ffjobs runs: (source, target) -> fused face."
         )
-    with _quiet("mlflow.store.model_registry.abstract_store"):  # "Waiting up to 300 s ..."
+    # the SQL registry store looks the logged model up through MLflow's global tracking URI
+    with (
+        fluent_tracking(tracking.tracking_uri),
+        _quiet(
+            "mlflow.store.model_registry.abstract_store"  # "Waiting up to 300 seconds ..."
+        ),
+    ):
         version = client.create_model_version(
             name,
             source=model_info.model_uri,

@@ -114,6 +114,7 @@ def _register(config: Config, run: Run, model: Any, step: int) -> StageOutcome:
     info = log_face_swap(client, config.tracking, run.mlflow_run_id, model)
     version = register_version(
         client,
+        config.tracking,
         name,
         info,
         run.mlflow_run_id,

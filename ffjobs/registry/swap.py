@@ -18,18 +18,17 @@ from ffjobs.tracking.config import TrackingConfig
 def load_face_swap(tracking: TrackingConfig, uri: str) -> Any:
     """The :class:`~ffjobs.models.swap.FaceSwap` at ``uri`` (``models:/NAME@ALIAS``,
     ``models:/NAME/V``, ``runs:/RUN_ID/face_swap``), on the CPU."""
-    import mlflow
     import mlflow.pytorch
     from mlflow.exceptions import MlflowException
 
     from ffjobs.models.swap import FaceSwap
-    from ffjobs.registry.client import is_not_found
+    from ffjobs.registry.client import fluent_tracking, is_not_found
     from ffjobs.tracking.mlflow_logger import mlflow_client
 
     mlflow_client(tracking)  # the same quiet-stdout and sqlite-folder set-up as every client
-    mlflow.set_tracking_uri(tracking.tracking_uri)
     try:
-        model = mlflow.pytorch.load_model(uri, map_location="cpu")
+        with fluent_tracking(tracking.tracking_uri):
+            model = mlflow.pytorch.load_model(uri, map_location="cpu")
     except MlflowException as exc:
         what = "not found" if is_not_found(exc) else str(exc).splitlines()[0]
         raise UserError(f"--model {uri}: {what} (tracking store {tracking.tracking_uri})") from None

@@ -107,8 +107,10 @@ def test_approve_moves_champion_and_reject_leaves_it(trained, monkeypatch, capsy
 
 
 @pytest.mark.slow  # needs the trained session fixture
-def test_review_on_the_sqlite_store(trained, tmp_path, capsys):
+def test_review_on_the_sqlite_store(trained, tmp_path, capsys, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # MLflow's own default points elsewhere: the config's store must win everywhere
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", trained.config.tracking.tracking_uri)
     config = _config(trained, "local-review", uri)
     assert _register(trained, config) == "1"
     code, out, _ = _cli(
