@@ -60,14 +60,21 @@ def _data(run: Run) -> list[str]:
 def _training(run: Run, step: int) -> list[str]:
     model, train, slurm = run.config.model, run.config.train, run.config.slurm
     devices = f"{slurm.gpus_per_node} GPU(s) per node" if slurm.gpus_per_node else "CPU"
-    facts = run.facts("train")
-    attempts = facts.get("attempts")
-    goodput = facts.get("goodput")
+    from ffjobs.train.attempts import attempts_file, read_attempts, run_goodput
+
+    attempts = read_attempts(run)  # SLURM jobs and local launches alike
     recovery = (
-        f"{attempts} attempt(s), goodput {goodput:.1%}"
-        + (f"; attempt log `{facts['attempt_log']}`" if facts.get("attempt_log") else "")
-        if attempts is not None and goodput is not None
-        else "1 attempt (local ranks, no SLURM retries)"
+        [
+            f"- Attempts: {len(attempts)}, goodput {run_goodput(run):.1%} "
+            f"(attempt log `{attempts_file(run)}`)",
+            *(
+                f"  - {a['number']}: {a.get('job_id') or ','.join(a.get('nodes', []))} "
+                f"{a.get('summary', '')}"
+                for a in attempts
+            ),
+        ]
+        if attempts
+        else ["- Attempts: none recorded"]
     )
     return [
         "## Training",
@@ -82,7 +89,7 @@ def _training(run: Run, step: int) -> list[str]:
         f"({slurm.executor} executor)",
         f"- Preflight: {_stage_line(run, 'preflight')}",
         f"- Training: {_stage_line(run, 'train')}",
-        f"- Attempts: {recovery}",
+        *recovery,
     ]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -35,14 +34,11 @@ def _git(where: Path, *args: str) -> subprocess.CompletedProcess | None:
 
 
 def airflow_dag_run(record: dict[str, Any]) -> dict[str, str]:
-    """``{"dag_id", "run_id"}`` of the Airflow DAG run behind the run, or ``{}``.
+    """``{"dag_id", "run_id"}`` of the Airflow DAG run behind the run, or ``{}``: this task's
+    (Airflow's ``AIRFLOW_CTX_*`` variables), else the one the run was created in."""
+    from ffjobs.tracking.mlflow_logger import environment_tags
 
-    Airflow sets ``AIRFLOW_CTX_*`` in a task's environment; a run created by the DAG also
-    carries them in its record's tags (a later ``ffjobs run --resume`` has only those).
-    """
-    tags = record.get("tags") or {}
-    run_id = os.environ.get("AIRFLOW_CTX_DAG_RUN_ID") or tags.get("airflow.run_id")
-    if not run_id:
+    tags = {**(record.get("tags") or {}), **environment_tags()}
+    if not tags.get("airflow.run_id"):
         return {}
-    dag_id = os.environ.get("AIRFLOW_CTX_DAG_ID") or tags.get("airflow.dag_id") or UNKNOWN
-    return {"dag_id": dag_id, "run_id": run_id}
+    return {"dag_id": tags.get("airflow.dag_id", UNKNOWN), "run_id": tags["airflow.run_id"]}

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 from ffjobs.config import load_config
 from ffjobs.registry.model_card import DESCRIPTION_LIMIT, model_card
 from ffjobs.registry.stage import review_hint
 from ffjobs.runs.run import StageOutcome, create_run
+from ffjobs.slurm.jobstate import JobState
+from ffjobs.slurm.supervisor import AttemptRecord
+from ffjobs.train.attempts import run_goodput
 
 from .conftest import evaluate_outcome
 
@@ -18,13 +23,27 @@ def _run(tmp_path, *overrides):
     return create_run(config, echo=lambda _line: None)
 
 
+def _attempt(number, job, summary, start, final, lost, seconds_lost, started) -> AttemptRecord:
+    return AttemptRecord(
+        number=number, job_id=job, nodes=("node1", "node2"), excluded=(),
+        state=JobState.FAILED if lost else JobState.SUCCEEDED, exit_code=1 if lost else 0,
+        kind=None, retryable=bool(lost), summary=summary, evidence=(), suspect_nodes=(),
+        start_step=start, final_step=final, checkpoint_step=final, steps_lost=lost,
+        seconds_lost=seconds_lost, started_at=started, ended_at=started + 100.0, first_step_s=None,
+    )  # fmt: skip
+
+
 def test_card_has_slurm_attempts_and_champion_deltas(tmp_path):
     run = _run(tmp_path)
     run.record["dataset_fingerprint"] = "ab" * 32
     run.record_outcome(StageOutcome("validate", "passed", 1.0, "192 images, 24 identities"))
     run.record_outcome(StageOutcome("preflight", "passed", 1.0, "PASS on 16 ranks (nccl)"))
-    train = {"attempts": 2, "goodput": 0.875, "attempt_log": "runs/x/train/attempts.jsonl"}
-    run.record_outcome(StageOutcome("train", "passed", 9.0, "steps -> 400 on SLURM", facts=train))
+    run.record_outcome(StageOutcome("train", "passed", 9.0, "steps -> 400 on SLURM"))
+    attempts = [_attempt(1, "812", "failed: communicator failure", 0, 150, 100, 200.0, 10.0)]
+    attempts.append(_attempt(2, "813", "succeeded: steps 150 -> 400", 150, 400, 0, 0.0, 150.0))
+    (run.stage_dir("train") / "attempts.jsonl").write_text(
+        "".join(json.dumps(a.to_dict(), default=str) + "\n" for a in attempts)
+    )
     champion = {
         "version": "4",
         "model_uri": "models:/ffjobs-face-swap/4",
@@ -37,9 +56,9 @@ def test_card_has_slurm_attempts_and_champion_deltas(tmp_path):
     assert f"fingerprint `{'ab' * 32}`" in card
     assert "- Ranks: 2 node(s) x 8 rank(s), 8 GPU(s) per node (local executor)" in card
     assert "- Preflight: passed: PASS on 16 ranks (nccl)" in card
-    assert (
-        "- Attempts: 2 attempt(s), goodput 87.5%; attempt log `runs/x/train/attempts.jsonl`" in card
-    )
+    log = run.dir / "train" / "attempts.jsonl"
+    assert f"- Attempts: 2, goodput {run_goodput(run):.1%} (attempt log `{log}`)" in card
+    assert "  - 1: 812 failed: communicator failure\n  - 2: 813 succeeded" in card
     assert "- Champion compared: 4" in card
     assert "| identity_top1 | 0.5 | 0.4 | +0.1 (better) |" in card  # the evaluation's delta
     assert "| psnr | 14.2 | 15 | -0.8 (worse) |" in card  # computed when not given
