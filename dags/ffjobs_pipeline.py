@@ -1,10 +1,12 @@
-"""ffjobs pipeline, run on the worker: validate -> preflight -> train.
+"""ffjobs pipeline: validate -> preflight -> train -> evaluate -> register.
 
 Trigger it by hand from the UI form: pick a config preset and override a few common fields
 (empty keeps the preset's value), or add any ``key=value`` under ``overrides``. One DAG run is
 one run: a run key, a run directory (``runs/<run key>`` under the worker's working directory),
 its own checkpoint folder and one MLflow run; ``resume`` continues an earlier run instead. Each
-task's XCom carries the run key and the stage's small facts (report paths, verdict, checkpoint).
+task's XCom carries the run key and the stage's small facts (report paths, verdict, checkpoint,
+evaluation metrics and gate, registered version). A model the evaluation gate blocks fails the
+DAG run; one it passes is registered with the alias ``challenger`` for review.
 """
 
 from __future__ import annotations
@@ -92,7 +94,20 @@ def ffjobs_pipeline() -> None:
     def train(state: dict[str, Any]) -> dict[str, Any]:
         return tasks.train(state)
 
-    train(preflight(validate()))
+    @task(task_id="evaluate", multiple_outputs=True, trigger_rule="none_failed")
+    def evaluate(state: dict[str, Any]) -> dict[str, Any]:
+        return tasks.evaluate(state)
+
+    @task(task_id="register", multiple_outputs=True, retries=1)
+    def register(state: dict[str, Any]) -> dict[str, Any]:
+        return tasks.register(state)
+
+    checked = preflight(validate())
+    # evaluate reads the run from the preflight's XCom, so a skipped train (a resumed run with
+    # nothing left to train) still evaluates and registers the run's model
+    evaluated = evaluate(checked)
+    train(checked) >> evaluated
+    register(evaluated)
 
 
 ffjobs_pipeline()

@@ -3,14 +3,15 @@
 The first task resolves the config from the DAG run's Params and creates the run (run key, run
 directory, MLflow run; or resumes the run named by the ``resume`` Param); each later task
 attaches to it by its run directory, handed down in XCom with the run key, the MLflow run id
-and the stage's small facts (never the config: it is in the run directory). The last task ends
-the MLflow run. So one DAG run is one run, exactly as with ``ffjobs run``.
+and the stage's small facts (never the config: it is in the run directory). The last task
+(register) ends the MLflow run. So one DAG run is one run, exactly as with ``ffjobs run``.
 
 A stage that says no (validation policy, preflight FAIL) and a config mistake fail the task
-for good (``AirflowFailException``): retrying cannot change the answer. A retryable training
-failure, or an unexpected error, is raised as is so Airflow's retries apply; the run is ended
-as FAILED only when no retry is left. A training stage with nothing left to train is skipped
-(``AirflowSkipException``), never reported as a fresh success.
+for good (``AirflowFailException``): retrying cannot change the answer; so does a model the
+evaluation gate blocks. A retryable training failure, or an unexpected error, is raised as is
+so Airflow's retries apply; the run is ended as FAILED only when no retry is left. A stage with
+nothing to do (a resumed run already trained, a version already registered) is skipped
+(``AirflowSkipException``), never reported as a fresh success; the tasks after it still run.
 """
 
 from __future__ import annotations
@@ -39,12 +40,15 @@ PARAM_OVERRIDES: dict[str, str] = {
 }
 """Typed DAG Params and the config key each one sets (left empty, the preset's value stays)."""
 
-STAGE_FACTS: dict[str, tuple[str, ...]] = {
-    "validate": ("fingerprint", "report"),
-    "preflight": ("verdict", "report"),
-    "train": ("checkpoint", "final_step"),
+STAGE_FACTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "validate": ("validation_", ("fingerprint", "report")),
+    "preflight": ("preflight_", ("verdict", "report")),
+    "train": ("", ("checkpoint", "final_step")),
+    "evaluate": ("evaluation_", ("report", "metrics", "gate")),
+    "register": ("registered_", ("name", "version", "model_uri")),
 }
-"""The facts each task puts in XCom (``validation_fingerprint``, ..., ``checkpoint``)."""
+"""The facts each task puts in XCom, with its prefix (``validation_fingerprint``, ...,
+``checkpoint``, ``evaluation_metrics``, ``registered_version``)."""
 
 
 def overrides_from_params(params: Mapping[str, Any]) -> list[str]:
@@ -90,8 +94,18 @@ def preflight(state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def train(state: Mapping[str, Any]) -> dict[str, Any]:
-    """Train on this worker (local ranks), logging into the run's MLflow run; end it."""
-    return _run(attach_run(state["run_dir"], echo=log.info), "train", last=True)
+    """Train (local ranks on this worker, or a supervised SLURM job of the profile)."""
+    return _run(attach_run(state["run_dir"], echo=log.info), "train", last=False)
+
+
+def evaluate(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Evaluate the run's model on held-out identities; a blocking gate fails the DAG run."""
+    return _run(attach_run(state["run_dir"], echo=log.info), "evaluate", last=False)
+
+
+def register(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Register the model for review (alias ``challenger``); end the run's MLflow run."""
+    return _run(attach_run(state["run_dir"], echo=log.info), "register", last=True)
 
 
 def _run(run: Run, stage: str, *, last: bool) -> dict[str, Any]:
@@ -111,7 +125,7 @@ def _run(run: Run, stage: str, *, last: bool) -> dict[str, Any]:
         raise AirflowFailException(f"{stage} failed: {outcome.summary}")
     if last:
         finish_run(run, "FINISHED", end_tracking=True)
-    if outcome.status == "skipped" and stage == "train":
+    if outcome.status == "skipped":  # nothing to train, a version already registered
         raise AirflowSkipException(outcome.summary)
     return _state(run, stage)
 
@@ -136,13 +150,13 @@ def _airflow_tags() -> dict[str, str]:
 
 def _state(run: Run, stage: str) -> dict[str, Any]:
     """XCom for the next task: the run's identity and this stage's small facts."""
-    prefix = {"validate": "validation_", "preflight": "preflight_", "train": ""}[stage]
+    prefix, keys = STAGE_FACTS[stage]
     facts = run.facts(stage)
     return {
         "run_key": run.key,
         "run_dir": str(run.dir),
         "mlflow_run_id": run.mlflow_run_id,
-        **{prefix + key: facts.get(key) for key in STAGE_FACTS[stage]},
+        **{prefix + key: facts.get(key) for key in keys},
     }
 
 

@@ -65,9 +65,15 @@ def test_dag_folder_parses_without_errors(parsed):
     assert parsed["schedule"] == "None"
 
 
-def test_tasks_run_validate_then_preflight_then_train(parsed):
-    assert parsed["tasks"] == ["validate", "preflight", "train"]
-    assert parsed["downstream"] == {"validate": ["preflight"], "preflight": ["train"], "train": []}
+def test_tasks_run_validate_preflight_train_evaluate_register(parsed):
+    assert parsed["tasks"] == ["validate", "preflight", "train", "evaluate", "register"]
+    assert parsed["downstream"] == {
+        "validate": ["preflight"],
+        "preflight": ["evaluate", "train"],  # evaluate reads the run from preflight's XCom
+        "train": ["evaluate"],
+        "evaluate": ["register"],
+        "register": [],
+    }
 
 
 def test_parsing_imports_no_torch_numpy_pil_or_mlflow(parsed):
