@@ -2,15 +2,12 @@
 ``models:/`` URI, loaded as the ``FaceSwap`` module the registry logged.
 
 The registry is asked through a client with explicit URIs, like
-:mod:`ffjobs.tracking.mlflow_logger`; only loading a model sets MLflow's process-global
-tracking URI, for the call, since ``models:/`` resolution reads nothing else.
+:mod:`ffjobs.tracking.mlflow_logger`; models load through the registry's one loader
+(:func:`ffjobs.registry.swap.load_face_swap`), as ``ffjobs swap`` loads them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from torch import nn
@@ -56,50 +53,15 @@ def find_champion(config: Config) -> tuple[str, str] | None:
     return str(version.version), f"models:/{name}/{version.version}"
 
 
-def load_registered_model(config: Config, model_uri: str) -> nn.Module:
-    """The module logged with ``mlflow.pytorch.log_model`` at ``model_uri`` (``models:/...``,
-    ``runs:/...`` or a local model directory)."""
-    import mlflow.pytorch
-    from mlflow.artifacts import download_artifacts
-    from mlflow.exceptions import MlflowException
-
-    uri = config.tracking.tracking_uri
-    try:
-        with tempfile.TemporaryDirectory(prefix="ffjobs-model-") as tmp, _mlflow_uris(uri):
-            local = download_artifacts(artifact_uri=model_uri, dst_path=tmp)
-            model = mlflow.pytorch.load_model(local, weights_only=False)
-    except MlflowException as exc:
-        raise UserError(
-            f"--model {model_uri}: cannot load it from {uri}: {_first_line(exc)}"
-        ) from None
-    if not isinstance(model, nn.Module):
-        raise UserError(
-            f"--model {model_uri}: is a {type(model).__name__}, not a FaceSwap torch module"
-        )
-    return model.eval()
-
-
 def load_champion(config: Config) -> RegisteredModel | None:
     """The current champion, loaded; ``None`` when there is none."""
     found = find_champion(config)
     if found is None:
         return None
+    from ffjobs.registry.swap import load_face_swap
+
     version, model_uri = found
-    return RegisteredModel(version, model_uri, load_registered_model(config, model_uri))
-
-
-@contextlib.contextmanager
-def _mlflow_uris(uri: str) -> Iterator[None]:
-    """MLflow's process-global tracking URI set to ``uri`` for the block (the registry follows
-    it): a ``models:/`` URI is resolved through it, whatever the call's own arguments say."""
-    import mlflow
-
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(previous)
+    return RegisteredModel(version, model_uri, load_face_swap(config.tracking, model_uri))
 
 
 def _registry_problem(uri: str, exc: Exception) -> str:

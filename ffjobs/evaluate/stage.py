@@ -108,9 +108,9 @@ def _candidate(config: Config, run: Run, model_uri: str | None):
     """``(model, step, what it is)``: the run's newest verified checkpoint, or a registered
     model (its step: ``None``, a registry entry has no training step of this run)."""
     if model_uri is not None:
-        from ffjobs.evaluate.champion import load_registered_model
+        from ffjobs.registry.swap import load_face_swap
 
-        return load_registered_model(config, model_uri), None, model_uri
+        return load_face_swap(config.tracking, model_uri), None, model_uri
     from ffjobs.models.swap import face_swap_from_checkpoint
 
     model, step = face_swap_from_checkpoint(config, run.checkpoint_dir)
