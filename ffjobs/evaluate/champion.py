@@ -15,8 +15,6 @@ from torch import nn
 from ffjobs.config import Config
 from ffjobs.errors import ExitCode, UserError
 
-CHAMPION_ALIAS = "champion"
-
 
 class RegistryUnavailable(UserError):
     """The registry could not be asked; the gate cannot compare, so it must not decide."""
@@ -37,19 +35,22 @@ def find_champion(config: Config) -> tuple[str, str] | None:
     if not config.tracking.enabled:
         return None
     from mlflow.exceptions import MlflowException
-    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
     from mlflow.tracking import MlflowClient
+
+    from ffjobs.registry.client import CHAMPION, is_not_found, version_by_alias
 
     name, uri = config.registry.model_name, config.tracking.tracking_uri
     try:
         client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-        version = client.get_model_version_by_alias(name, CHAMPION_ALIAS)
+        version = version_by_alias(client, name, CHAMPION)
     except MlflowException as exc:
-        if exc.error_code == ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+        if is_not_found(exc):  # no such registered model yet
             return None
         raise RegistryUnavailable(_registry_problem(uri, exc)) from None
     except Exception as exc:  # connection refused, timeouts: the registry is not there now
         raise RegistryUnavailable(_registry_problem(uri, exc)) from None
+    if version is None:
+        return None
     return str(version.version), f"models:/{name}/{version.version}"
 
 

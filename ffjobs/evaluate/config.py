@@ -9,6 +9,10 @@ DEFAULT_EVALUATION_ENCODER = "runs/models/identity-eval.pt"
 """Where the project's own evaluation encoder is pre-trained when the file is missing."""
 
 
+METRICS = ("identity_top1", "identity_cosine", "psnr", "ssim", "pose_error", "fid")
+"""What the evaluation can measure (pose error and FID only with the user's weights)."""
+
+
 @dataclass
 class GateConfig:
     """What a model must reach before it goes to review, and how it may compare to the champion.
@@ -30,8 +34,16 @@ class GateConfig:
     """Self-swap reconstruction SSIM. An untrained generator scores below 0.1 on the
     synthetic faces, the 200-step demo about 0.3."""
     max_regression: float = field(default=0.0, metadata={"ge": 0.0})
-    """How much worse than the registry's champion any metric may be, in that metric's own
-    units (0: at least as good; the champion is evaluated now, on the same set)."""
+    """How much worse than the registry's champion any compared metric may be, in that
+    metric's own units (0: at least as good; the champion is evaluated now, on the same set)."""
+    compare: list[str] = field(default_factory=lambda: list(METRICS))
+    """Metrics that must not be worse than the champion's (those measured). Retrieval top-1
+    moves in steps of 1 / (held-out identities): on a small evaluation set, leave it out."""
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.compare if name not in METRICS]
+        if unknown:
+            raise ValueError(f"compare: unknown metric {unknown[0]!r}; known: {', '.join(METRICS)}")
 
 
 @dataclass

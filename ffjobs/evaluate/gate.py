@@ -63,7 +63,7 @@ def decide(
         sign = (">" if strict else ">=") if ok else ("<=" if strict else "<")
         checks.append((ok, f"{metric} {_num(value)} {sign} {_num(minimum)} ({source})"))
     for metric, theirs in (champion or {}).items():
-        if metric not in metrics:
+        if metric not in metrics or metric not in gate.compare:
             continue
         ours, slack = metrics[metric], gate.max_regression
         if BETTER_WHEN_HIGHER[metric]:

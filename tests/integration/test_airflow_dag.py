@@ -1,6 +1,6 @@
 """``dag.test()`` runs the ``ffjobs_pipeline`` DAG end to end against a real Airflow metadata
-database (SQLite, migrated once per session): three tasks, one run directory, one MLflow run
-with every stage's tag; a dataset that fails validation fails the validate task and nothing
+database (SQLite, migrated once per session): five tasks, one run directory, one MLflow run
+with every stage's tag and a registered challenger; a dataset that fails validation fails the validate task and nothing
 after it runs. Each DAG run happens in a subprocess so Airflow's settings stay out of pytest.
 """
 
@@ -24,8 +24,9 @@ TINY = [
     "train.log_every=2",
     "train.batch_size=4",
     "model.identity_weights=null",
-    "data.synth.identities=6",
+    "data.synth.identities=10",  # 2 held out (val_fraction 0.2) for the evaluation
     "data.synth.per_identity=4",
+    "evaluate.gate.min_ssim=0",  # 4 steps cannot pass the quality floor; the wiring is checked
 ]
 
 DAG_TEST = textwrap.dedent(
@@ -96,7 +97,8 @@ def test_dag_runs_every_stage_into_one_mlflow_run(airflow_env, tmp_path):
     }
     result, log = dag_test(airflow_env, tmp_path, conf)
     assert result["state"] == "success", log[-4000:]
-    assert result["tasks"] == {"validate": "success", "preflight": "success", "train": "success"}
+    stages = ("validate", "preflight", "train", "evaluate", "register")
+    assert result["tasks"] == dict.fromkeys(stages, "success")
 
     xcom = result["xcom"]
     run_dir = tmp_path / xcom["validate.run_dir"]
@@ -116,14 +118,18 @@ def test_dag_runs_every_stage_into_one_mlflow_run(airflow_env, tmp_path):
     assert (tmp_path / xcom["train.checkpoint"]).is_file()
     assert Path(xcom["train.checkpoint"]).parent.name == key  # the run's own checkpoint folder
     record = json.loads((run_dir / "run.json").read_text())
-    assert [s["name"] for s in record["stages"]] == ["validate", "preflight", "train"]
+    assert [s["name"] for s in record["stages"]] == list(stages)
     assert record["status"] == "passed"
+    assert xcom["evaluate.evaluation_gate"]["passed"] is True
+    assert set(xcom["evaluate.evaluation_metrics"]) >= {"identity_top1", "psnr", "ssim"}
+    assert (xcom["register.registered_name"], xcom["register.registered_version"]) == (
+        "ffjobs-face-swap", "1")  # fmt: skip
 
     client = mlflow_client(tmp_path)
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     tags = run.data.tags
-    assert [tags[f"ffjobs.{s}"] for s in ("validate", "preflight", "train")] == ["passed"] * 3
+    assert [tags[f"ffjobs.{s}"] for s in stages] == ["passed"] * 5
     assert run.data.params["train.steps"] == "4"
     assert {"validate_seconds", "preflight_seconds", "train_seconds"} <= set(run.data.metrics)
     assert "images_per_s" in run.data.metrics  # training logged into the pipeline's run
@@ -157,7 +163,8 @@ def test_failed_validation_fails_the_task_and_never_trains(airflow_env, tmp_path
     result, log = dag_test(airflow_env, tmp_path, conf)
     assert result["state"] == "failed"
     assert result["tasks"]["validate"] == "failed"
-    assert result["tasks"]["preflight"] == result["tasks"]["train"] == "upstream_failed"
+    after = ("preflight", "train", "evaluate", "register")
+    assert {result["tasks"][task] for task in after} == {"upstream_failed"}
     assert "validate failed: " in log  # the stage's one-line reason is the task's error
     assert not (tmp_path / "runs" / "checkpoints").exists()
 
