@@ -285,7 +285,9 @@ def test_ffjobs_run_with_a_slurm_profile_trains_on_slurm_into_one_mlflow_run(tmp
             "tracking.experiment=ffjobs-slurm-run", "data.synth.identities=6",
             "data.synth.per_identity=4", "preflight.sizes_mib=[1]", "preflight.target_time_s=0.05",
             f"train.checkpoint_dir={tmp_path / 'ckpt'}", f"slurm.folder={tmp_path / 'jobs'}"]  # fmt: skip
-    command = ffjobs("run", "-c", "minicluster", "--json", sets=sets)
+    # the stages up to training: evaluation and registration have tests of their own
+    command = ffjobs("run", "-c", "minicluster", "--stages", "validate,preflight,train", "--json",
+                     sets=sets)  # fmt: skip
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
@@ -321,7 +323,9 @@ def test_preflight_on_three_nodes_names_the_throttled_one_and_training_runs_with
             "preflight.sizes_mib=[1]", "preflight.min_busbw_gbps={'1': 0.01}",
             "preflight.pair_size_mib=0.25", "preflight.suspect_ratio=0.2",
             "preflight.target_time_s=0.05", "preflight.warmup_iters=1", "preflight.min_iters=2"]  # fmt: skip
-    command = ffjobs("run", "-c", "minicluster", "--json", sets=sets)
+    # the stages up to training: evaluation and registration have tests of their own
+    command = ffjobs("run", "-c", "minicluster", "--stages", "validate,preflight,train", "--json",
+                     sets=sets)  # fmt: skip
     with throttled_link("node3", "20mbit"):
         result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                                 timeout=900)  # fmt: skip

@@ -58,7 +58,9 @@ def test_a_restarted_compiled_run_loads_the_cache_from_its_checkpoint_dir(tmp_pa
     first = _compiled_run(tiny_config(tmp_path, *overrides), tmp_path / "local-1")
     blob = tmp_path / "ckpt" / BLOB
     assert first["final_step"] == 2 and blob.stat().st_size > 0
-    assert first["fxgraph_cache_miss"] > 0 and first["fxgraph_cache_hit"] == 0
+    # a cold cache: the graphs are compiled; one compiled twice within the run (the identity
+    # encoder on the sources and on the fused faces) may hit what the run itself just wrote
+    assert first["fxgraph_cache_miss"] > first["fxgraph_cache_hit"]
 
     restart = tiny_config(tmp_path, *overrides, "train.steps=3", "train.resume=false")
     second = _compiled_run(restart, tmp_path / "local-2")
