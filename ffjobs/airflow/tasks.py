@@ -81,7 +81,9 @@ def validate(params: Mapping[str, Any]) -> dict[str, Any]:
         if params.get("resume"):
             run = resume_run(str(params["resume"]), config, echo=log.info)
         else:
-            run = create_run(config, echo=log.info, tags=_airflow_tags())
+            # the DAG run's tags come from the AIRFLOW_CTX_* variables Airflow sets for the
+            # task (ffjobs.tracking.mlflow_logger.environment_tags, applied by create_run)
+            run = create_run(config, echo=log.info)
     except UserError as exc:
         raise AirflowFailException(f"run: {exc}") from None
     log.info("run %s in %s, MLflow run %s", run.key, run.dir, run.mlflow_run_id)
@@ -136,16 +138,6 @@ def _retries_left() -> bool:
     except Exception:  # outside a task (direct call): no retries
         return False
     return ti.try_number <= ti.max_tries
-
-
-def _airflow_tags() -> dict[str, str]:
-    """Tags that link the run to its DAG run (none outside a task)."""
-    try:
-        context = get_current_context()
-        dag_run = context["dag_run"]
-        return {"airflow.dag_id": str(dag_run.dag_id), "airflow.run_id": str(dag_run.run_id)}
-    except Exception:
-        return {}
 
 
 def _state(run: Run, stage: str) -> dict[str, Any]:
