@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ffjobs.cli import add_json_argument, print_json
+from ffjobs.slurm.drills import cut_link, job_nodes, wait_for_step
 
 DRILLS = {
     "kill": ["train.faults.kill_rank=1", "train.faults.kill_at_step=20"],
@@ -85,18 +86,19 @@ def run_drill(config: str, drill: str, fast: bool, collective_timeout: float) ->
         for item in sets:
             command += ["--set", item]
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-        fault_at = _cut_link_at_step(work, 20) if drill == "link" else None
-        out, _ = proc.communicate(timeout=900)
         if drill == "link":
-            _link("restore", fault_at[1])
-            fault_at = fault_at[0]
+            victim = job_nodes(wait_for_step(work, 20))[1]
+            with cut_link(victim):
+                fault_at = time.time()
+                out, _ = proc.communicate(timeout=900)
+        else:
+            out, _ = proc.communicate(timeout=900)
+            marker = next(work.glob(f"ckpt/*/drill-fired-{drill}.json"))
+            fault_at = json.loads(marker.read_text())["time"]
         outcome = json.loads(out)
         attempts = [
             json.loads(x) for x in Path(outcome["facts"]["attempt_log"]).read_text().splitlines()
         ]
-        if fault_at is None:
-            marker = next(work.glob(f"ckpt/*/drill-fired-{drill}.json"))
-            fault_at = json.loads(marker.read_text())["time"]
         logs = "".join(p.read_text(errors="replace") for p in work.glob("jobs/*/*/*/*_log.*"))
         resumed = [(float(t), int(s)) for _, t, s in _FIRST_STEP.findall(logs) if int(s) > 0]
         first_failed = next((a for a in attempts if a["kind"]), None)
@@ -116,28 +118,6 @@ def _steps_redone(logs: str) -> int | None:
     """Steps trained twice: every step logs one progress line, the redone ones two."""
     reached = re.findall(r"^step (\d+)/", logs, re.MULTILINE)
     return len(reached) - len(set(reached)) if reached else None
-
-
-def _cut_link_at_step(work: Path, step: int) -> tuple[float, str]:
-    """Wait for ``step``, cut the link of the node of rank 1; (when, which node)."""
-    from ffjobs.slurm.jobstate import poll_jobs
-
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        for record in work.glob("runs/*/run.json"):
-            jobs = json.loads(record.read_text()).get("slurm_jobs") or []
-            logs = "".join(p.read_text() for p in work.glob("jobs/*/attempt-1/*/*_log.out"))
-            if jobs and f"step {step}/" in logs:
-                nodes = poll_jobs([jobs[0]["job_id"]])[jobs[0]["job_id"]].nodes
-                _link("cut", nodes[1])
-                return time.time(), nodes[1]
-        time.sleep(0.1)
-    raise RuntimeError(f"training never reached step {step}")
-
-
-def _link(action: str, node: str) -> None:
-    script = Path("infra/local/link.sh")
-    subprocess.run(["bash", str(script), action, node], check=True, timeout=30)
 
 
 def _line(row: dict[str, Any]) -> str:

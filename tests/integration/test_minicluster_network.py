@@ -18,9 +18,9 @@ from pathlib import Path
 
 import cloudpickle
 import pytest
-from links import cut_link, throttled_link
 
 from ffjobs.config import load_config
+from ffjobs.slurm.drills import cut_link, throttled_link
 from ffjobs.slurm.executor import make_executor
 
 pytestmark = pytest.mark.integration

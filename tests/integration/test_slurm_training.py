@@ -14,6 +14,8 @@ import pytest
 import torch
 from train.helpers import TINY_MODEL, final_weights  # tests/ is on sys.path (rootdir conftest)
 
+from ffjobs.slurm.drills import cut_link, job_nodes, throttled_link, wait_for_step
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -178,33 +180,12 @@ def start(tmp_path: Path, env: dict[str, str], *overrides: str) -> subprocess.Po
     return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
 
 
-def wait_for_step(tmp_path: Path, step: int, timeout_s: float = 300) -> str:
-    """Block until attempt 1's rank 0 has logged ``step``; return that job's id."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for record in (tmp_path / "runs").glob("*/run.json"):
-            jobs = json.loads(record.read_text()).get("slurm_jobs") or []
-            logs = list((tmp_path / "jobs").glob("*/attempt-1/*/*_0_log.out"))
-            if jobs and logs and f"step {step}/" in logs[0].read_text():
-                return jobs[0]["job_id"]
-        time.sleep(0.2)
-    raise AssertionError(f"training never reached step {step}")
-
-
 def finish(proc: subprocess.Popen) -> tuple[int, dict, list]:
     out, _ = proc.communicate(timeout=900)
     assert out.strip().startswith("{"), out[-3000:]
     outcome = json.loads(out)
     log = Path(outcome["facts"]["attempt_log"]).read_text()
     return proc.returncode, outcome, [json.loads(line) for line in log.splitlines()]
-
-
-def job_nodes(job_id: str, env: dict[str, str]) -> list[str]:
-    from ffjobs.slurm.jobstate import poll_jobs
-
-    return list(poll_jobs([job_id])[job_id].nodes)
 
 
 def test_preemption_signal_checkpoints_and_requeues_through_submitit(tmp_path, env):
@@ -229,11 +210,9 @@ def test_preemption_signal_checkpoints_and_requeues_through_submitit(tmp_path, e
 
 def test_cut_link_names_the_node_and_the_retry_runs_without_it(tmp_path, env):
     """The network link of the node of rank 1 goes down mid-training and stays down."""
-    from links import cut_link
-
     proc = start(tmp_path, env, "train.steps=60", "train.collective_timeout_s=10")
     job_id = wait_for_step(tmp_path, 3)
-    victim = job_nodes(job_id, env)[1]
+    victim = job_nodes(job_id)[1]
     with cut_link(victim):
         code, outcome, attempts = finish(proc)
     assert code == 0, (outcome, attempts)
@@ -257,7 +236,7 @@ def test_a_node_that_dies_mid_job_is_excluded_and_the_run_finishes(tmp_path, env
 
     proc = start(tmp_path, env, "train.steps=60")
     job_id = wait_for_step(tmp_path, 3)
-    victim = job_nodes(job_id, env)[1]
+    victim = job_nodes(job_id)[1]
     pids = subprocess.run(["ip", "netns", "pids", f"ffjobs-{victim}"], capture_output=True,
                           text=True, check=True).stdout.split()  # fmt: skip
     subprocess.run(["kill", "-9", *pids], check=False)
@@ -313,8 +292,6 @@ def test_preflight_on_three_nodes_names_the_throttled_one_and_training_runs_with
     """node3's link is throttled below the profile's bandwidth minimum; the preflight spans all
     three nodes (the training job needs two), fails naming node3, and training runs on the
     other two."""
-    from links import throttled_link
-
     # 20 Mbit/s is 0.0025 GB/s; the bridge gives gloo well over 0.05 GB/s even on a loaded
     # 2-core machine: the 0.01 GB/s minimum sits 4x above the throttle and 5x below the healthy
     # links, and a suspect must be 5x slower than the best pair (the throttle is ~100x)

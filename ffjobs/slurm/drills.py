@@ -1,0 +1,94 @@
+"""Faults injected from outside a running SLURM training job, for the drills of the test suite
+and ``ffjobs bench recovery``: wait until the run's first job reaches a step, find its nodes,
+and cut or throttle a node's link on the local mini-cluster (``infra/local/link.sh``).
+
+A drill's run keeps everything under one work folder: ``runs/`` (``runs_dir``) and ``jobs/``
+(``slurm.folder``), as both callers set them. The link changes always come undone::
+
+    job_id = wait_for_step(work, 3)
+    with cut_link(job_nodes(job_id)[1]):
+        ...  # that node unreachable from the host and the other nodes
+    with throttled_link("node3", "8mbit"):
+        ...  # node3's traffic, both ways, limited to 8 Mbit/s
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+LINK_SCRIPT = Path(__file__).resolve().parents[2] / "infra" / "local" / "link.sh"
+DEFAULT_RATE = "8mbit"
+
+
+def wait_for_step(work: Path, step: int, timeout_s: float = 300) -> str:
+    """Block until rank 0 of the run's first job (``work/runs``, ``work/jobs``) has logged
+    ``step``; return that job's id."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for record in (work / "runs").glob("*/run.json"):
+            jobs = json.loads(record.read_text()).get("slurm_jobs") or []
+            logs = list((work / "jobs").glob("*/attempt-1/*/*_0_log.out"))
+            if jobs and logs and f"step {step}/" in logs[0].read_text(errors="replace"):
+                return jobs[0]["job_id"]
+        time.sleep(0.1)
+    raise TimeoutError(f"training under {work} never reached step {step} in {timeout_s:.0f} s")
+
+
+def job_nodes(job_id: str) -> list[str]:
+    """The nodes of a job, in SLURM's order (the node of rank 1 is the second)."""
+    from ffjobs.slurm.jobstate import poll_jobs
+
+    return list(poll_jobs([job_id])[job_id].nodes)
+
+
+def _link(*args: str) -> None:
+    if not LINK_SCRIPT.exists():
+        raise FileNotFoundError(
+            f"{LINK_SCRIPT} not found: link drills need the repository's infra/"
+        )
+    result = subprocess.run(
+        ["bash", str(LINK_SCRIPT), *args], capture_output=True, text=True, timeout=30
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"link.sh {' '.join(args)} failed: {result.stderr.strip()}")
+
+
+def cut(node: str) -> None:
+    """Take ``node``'s link down: nothing reaches it or leaves it until :func:`restore`."""
+    _link("cut", node)
+
+
+def restore(node: str) -> None:
+    _link("restore", node)
+
+
+def throttle(node: str, rate: str = DEFAULT_RATE) -> None:
+    """Limit ``node``'s traffic in both directions to ``rate`` (tc syntax: ``8mbit``)."""
+    _link("throttle", rate, node)
+
+
+def unthrottle(node: str) -> None:
+    _link("unthrottle", node)
+
+
+@contextmanager
+def cut_link(node: str) -> Iterator[None]:
+    try:  # restore and unthrottle are idempotent: safe even if the change itself half failed
+        cut(node)
+        yield
+    finally:
+        restore(node)
+
+
+@contextmanager
+def throttled_link(node: str, rate: str = DEFAULT_RATE) -> Iterator[None]:
+    try:
+        throttle(node, rate)
+        yield
+    finally:
+        unthrottle(node)
