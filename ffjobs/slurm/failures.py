@@ -280,7 +280,7 @@ def classify_failure(
     docstring for the precedence.
 
     ``lost_nodes`` are nodes of the job that the controller stopped reaching (``sinfo``: down or
-    not responding). Only the controller knows that: a cut link looks the same from both ends
+    not responding; or still not done with a job cancelled after its ranks failed). Only the controller knows that: a cut link looks the same from both ends
     in the ranks' logs. On a retryable failure they become the first suspects, with that as
     evidence; a fatal failure stays fatal whatever the nodes did.
     """
@@ -292,7 +292,8 @@ def classify_failure(
     return Failure(
         kind=failure.kind,
         retryable=True,
-        summary=f"{failure.summary}; {', '.join(lost)} stopped responding",
+        summary=failure.summary.replace(f"suspect {_names(())}", f"suspect {_names(lost)}")
+        + f"; {', '.join(lost)} stopped responding",
         evidence=(*seen, *failure.evidence),
         suspect_nodes=(*lost, *failure.suspect_nodes),
         traceback_excerpt=failure.traceback_excerpt,

@@ -21,10 +21,11 @@ import re
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ffjobs.slurm import rank_failures
 from ffjobs.slurm.failures import RankLog
 from ffjobs.slurm.jobstate import (
     FAILED_RUN_STATES,
@@ -37,6 +38,11 @@ from ffjobs.slurm.jobstate import (
 from ffjobs.slurm.supervisor import AttemptResult
 from ffjobs.train.job import TrainJob
 
+END_GRACE_S = 2.0
+"""A job still alive this long after one of its ranks reported a failure is cancelled; and once
+cancelled, its nodes get this long to confirm the end before the silent ones count as lost."""
+END_WAIT_S = 10.0
+"""At most this long after the cancel, the attempt ends whichever nodes have confirmed."""
 _PROGRESS = re.compile(r"^step (\d+)/\d+ ", re.MULTILINE)
 _FIRST_STEP = re.compile(r"first step \d+ done at ([\d.]+) \(started from step (\d+)\)")
 
@@ -66,7 +72,13 @@ class TrainingTask:
             set_cuda_visible_devices=False, overwrite=True
         )
         os.environ["MASTER_ADDR"] = node_address(env.master_addr)
-        result = run_rank(job)
+        try:
+            result = run_rank(job)
+        except Exception as exc:  # word for the supervisor, in case SLURM cannot end the job
+            here = submitit.JobEnvironment()
+            node = here.hostnames[here.node]
+            rank_failures.report(here.paths.folder, here.job_id, env.rank, node, exc)
+            raise
         if result.get("stopped_early") and env.rank == 0 and callable(requeue):
             requeue(signal.SIGUSR2, None)  # submitit: checkpoint() below, requeue, exit
         return result
@@ -221,18 +233,52 @@ class SlurmAttempts:
                     ranks=[RankLog(rank=0, node=None, text=message, exit_code=1)],
                     started_at=started, ended_at=time.time(),
                 )  # fmt: skip
-        status = self._wait(job_id)
         folder = job_folder(self.config.slurm.folder, self.run_key, number)
-        return self._result(job_id, status, folder, started)
+        status, unconfirmed = self._wait(job_id, folder)
+        return self._result(job_id, status, folder, started, unconfirmed)
 
-    def _wait(self, job_id: str) -> JobStatus:
+    def _wait(self, job_id: str, folder: Path) -> tuple[JobStatus, tuple[str, ...]]:
+        """Poll until the job ends; (its status, nodes that never confirmed its end).
+
+        A job whose rank reported a failure (:mod:`ffjobs.slurm.rank_failures`) but that is
+        still alive ``END_GRACE_S`` later is cancelled: a peer on an unreachable node keeps it
+        alive until the controller gives that node up. Once another node of the job has
+        confirmed the end (or after ``END_WAIT_S``), the nodes still completing it are the
+        ones the controller cannot reach, and the attempt ends without waiting for them.
+        """
+        from submitit.core.utils import JobPaths
+
+        folder = JobPaths(folder, job_id=job_id).folder  # the pattern's %j made this job's
+        cancelled_at = None
         while True:
             status = poll_jobs([job_id])[job_id]
-            if status.is_terminal:
-                return status
-            time.sleep(self.poll_s)
+            now = time.time()
+            if cancelled_at is None:
+                if status.is_terminal:
+                    return status, ()
+                reports = rank_failures.current_reports(folder, job_id)
+                if reports and now - reports[0]["time"] >= END_GRACE_S:
+                    rank_failures.cancel(job_id)
+                    cancelled_at = now
+            else:  # accounting says CANCELLED at once; squeue knows who has not ended it yet
+                pending = rank_failures.nodes_still_completing(job_id)
+                if status.is_terminal and not pending:
+                    return status, ()
+                waited = now - cancelled_at
+                confirmed = len(pending) < len(status.nodes)
+                if waited >= END_GRACE_S and (confirmed or waited >= END_WAIT_S):
+                    ended = replace(status, state=JobState.CANCELLED, slurm_state="CANCELLED")
+                    return ended, pending
+            time.sleep(self.poll_s if cancelled_at is None else 0.5)
 
-    def _result(self, job_id: str, status: JobStatus, folder: Path, started: float):
+    def _result(
+        self,
+        job_id: str,
+        status: JobStatus,
+        folder: Path,
+        started: float,
+        unconfirmed: tuple[str, ...] = (),
+    ):
         """The attempt as the logs, the checkpoints and accounting tell it; earlier runs of the
         same job that SLURM ended on a node failure and requeued become ``requeued`` results."""
         from ffjobs.train.checkpoint import Checkpointer
@@ -275,7 +321,7 @@ class SlurmAttempts:
             started_at=requeued[-1].ended_at if requeued else started,
             ended_at=time.time(),
             slurm_state=status.slurm_state,
-            lost_nodes=unresponsive_nodes(status.nodes) if failed else (),
+            lost_nodes=(*unconfirmed, *unresponsive_nodes(status.nodes)) if failed else (),
             requeued=tuple(requeued),
         )
 
