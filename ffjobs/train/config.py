@@ -32,6 +32,12 @@ class FaultInjection:
     """Fire the step drills in every run, not once per job (drills of a failure that persists)."""
     corrupt_latest_checkpoint: bool = False
     """Flip bytes in each checkpoint right after it is written (tests the fallback)."""
+    pause_at_step: int | None = field(default=None, metadata={"ge": 1})
+    """Every rank waits as this step starts until ``pause_until_file`` exists, then trains on:
+    a drill does something to the world mid-training (stops the tracking server, cuts a link)
+    and lets training go on when it has seen what it wanted. An existing file: no pause."""
+    pause_until_file: str | None = None
+    """The file whose creation ends the pause (a path every rank sees)."""
 
     def __post_init__(self) -> None:
         if (self.kill_rank is None) != (self.kill_at_step is None):
@@ -40,6 +46,10 @@ class FaultInjection:
             raise ValueError("hang_rank: hang_rank and hang_at_step must be set together")
         if (self.raise_rank is None) != (self.raise_at_step is None):
             raise ValueError("raise_rank: raise_rank and raise_at_step must be set together")
+        if (self.pause_at_step is None) != (self.pause_until_file is None):
+            raise ValueError(
+                "pause_at_step: pause_at_step and pause_until_file must be set together"
+            )
 
     @property
     def any_enabled(self) -> bool:
@@ -49,6 +59,7 @@ class FaultInjection:
             or self.raise_in_collective_at_step is not None
             or self.raise_rank is not None
             or self.corrupt_latest_checkpoint
+            or self.pause_at_step is not None
         )
 
 

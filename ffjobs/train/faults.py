@@ -10,6 +10,9 @@ a pipeline retry) resumes below the drill's step and would otherwise fail again 
 step. A marker rather than a restart counter: torchrun's ``TORCHELASTIC_RESTART_COUNT`` is per
 node (an agent whose workers were healthy restarts them without counting), and the ranks may
 be assigned to other nodes after a restart, so only shared storage gives every rank one answer.
+
+The pause (``pause_at_step`` until ``pause_until_file`` exists) needs no marker: once the file
+exists, a restarted job passes the step without waiting.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from ffjobs.train.config import FaultInjection
@@ -30,6 +34,8 @@ class InjectedFault(RuntimeError):
 
 
 STEP_DRILLS = ("kill", "hang", "raise_in_collective", "raise")
+PAUSE_POLL_S = 0.1
+"""How often a paused rank looks for the file that ends its pause."""
 
 
 def marker_name(kind: str) -> str:
@@ -85,9 +91,11 @@ class FaultInjector:
         return True
 
     def before_step(self, step: int) -> None:
-        """Called as ``step`` starts: kill or hang this rank if a drill says so."""
+        """Called as ``step`` starts: pause, kill or hang this rank if a drill says so."""
         self.step = step
         cfg = self.config
+        if cfg.pause_at_step == step:
+            self._pause(step, Path(cfg.pause_until_file))
         if cfg.kill_rank == self.rank and cfg.kill_at_step == step and self._arm("kill", step):
             print(f"[fault] rank {self.rank}: SIGKILL at step {step}", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -105,6 +113,25 @@ class FaultInjector:
                     f"{step} on rank {self.rank})"
                 )
             raise ValueError(f"injected bug in the training step at step {step}")
+
+    def _pause(self, step: int, until: Path) -> None:
+        """Wait, between steps (no collective is open), until ``until`` exists."""
+        if until.exists():
+            return
+        print(
+            f"[fault] rank {self.rank}: paused at step {step} until {until} exists",
+            file=sys.stderr,
+            flush=True,
+        )
+        started = time.monotonic()
+        while not until.exists():
+            time.sleep(PAUSE_POLL_S)
+        waited = time.monotonic() - started
+        print(
+            f"[fault] rank {self.rank}: going on with step {step} after {waited:.1f} s paused",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def wrap_comm_hook(self, hook: Any) -> Any:
         """A DDP comm hook that raises from inside the all-reduce at the configured step."""

@@ -14,6 +14,7 @@ from train.helpers import TINY_MODEL  # tests/ is on sys.path (rootdir conftest)
 from ffjobs.config import load_config
 from ffjobs.runs.run import create_run, finish_run, resume_run
 from ffjobs.runs.stages import run_stage
+from ffjobs.tracking.shipper import BACKOFF_MAX_S
 from ffjobs.tracking.spool import logged_steps
 
 mlflow = pytest.importorskip("mlflow")
@@ -44,28 +45,76 @@ def _history(client, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
 
 
-@pytest.mark.slow  # a server restart during a launch of two ranks
-def test_an_outage_during_training_loses_nothing_and_warns_once(tmp_path, monkeypatch):
+PAUSE_AT_STEP = 12
+"""Training waits as this step starts until the test has seen delivery resume."""
+SERVER_WAIT_S = BACKOFF_MAX_S + 90
+"""Longest wait, once the server is back, for it to hold the steps before the pause: the
+shipper's next attempt comes within its longest backoff, then one delivery of a few dozen
+records; the rest is room for a slow machine (a deadline, not a measurement)."""
+
+
+@pytest.mark.slow  # two server starts around a launch of two ranks
+def test_an_outage_during_training_loses_nothing_and_warns_once(
+    tmp_path, monkeypatch, record_property
+):
+    """The server is down from before the first step and started again while training runs;
+    training waits at :data:`PAUSE_AT_STEP` (a drill pause, so no race between the number of
+    steps and how fast a server starts) until the real server holds every step logged before
+    it, i.e. the ranks' shipper resumed delivery during training, then trains to the end."""
     from mlflow_server import MlflowServer
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once while down
     server = MlflowServer(tmp_path / "mlflow").start()
+    go_on = tmp_path / "go-on"
     try:
-        config = _config(tmp_path, server.uri, "train.steps=24", "train.checkpoint_every=8")
+        config = _config(
+            tmp_path,
+            server.uri,
+            "train.steps=24",
+            "train.checkpoint_every=8",
+            f"train.faults.pause_at_step={PAUSE_AT_STEP}",
+            f"train.faults.pause_until_file={go_on}",
+        )
         run = create_run(config, key="outage")
         server.stop()  # down from before the first step
+        seen: dict[str, object] = {}
+        training_over = threading.Event()  # a training that failed early: stop watching
 
-        def bring_back() -> None:  # back once rank 0 has logged a few steps into its spool
-            while logged_steps(run.tracking_dir).get("lr", 0) < 3:
-                time.sleep(0.05)
-            server.start()
+        def bring_back_and_watch() -> None:
+            try:
+                while logged_steps(run.tracking_dir).get("lr", 0) < 3:  # a few steps spooled
+                    if training_over.wait(0.05):
+                        return
+                server.start()
+                seen["back_at"] = time.monotonic()
+                client = mlflow.MlflowClient(server.uri)
+                deadline = time.monotonic() + SERVER_WAIT_S
+                while time.monotonic() < deadline and not training_over.is_set():
+                    steps = [step for step, _ in _history(client, run.mlflow_run_id, "lr")]
+                    if steps and "first_delivered_at" not in seen:
+                        seen["first_delivered_at"] = time.monotonic()
+                    if steps and steps[-1] == PAUSE_AT_STEP - 1:
+                        seen["before_release"] = steps
+                        return
+                    time.sleep(0.1)
+            except Exception as exc:  # the main thread asserts on it
+                seen["error"] = exc
+            finally:
+                go_on.touch()  # training goes on whatever happened here
 
-        restarter = threading.Thread(target=bring_back, daemon=True)
-        restarter.start()
+        watcher = threading.Thread(target=bring_back_and_watch, daemon=True)
+        watcher.start()
         outcome = run_stage(config, run, "train", data="memory")
-        restarter.join(120)
+        training_over.set()
+        watcher.join(SERVER_WAIT_S)
         finish_run(run, "FINISHED")
         assert outcome.status == "passed", outcome.summary
+        assert "error" not in seen, seen.get("error")
+
+        # while rank 0 was held at the pause, the real server already had steps 1..11: the
+        # shipper resumed by itself during training, not the owner's delivery at the end
+        assert seen.get("before_release") == list(range(1, PAUSE_AT_STEP)), seen
+        record_property("resume_latency_s", round(seen["first_delivered_at"] - seen["back_at"], 1))
 
         client = mlflow.MlflowClient(server.uri)
         steps = [step for step, _ in _history(client, run.mlflow_run_id, "lr")]
@@ -75,7 +124,9 @@ def test_an_outage_during_training_loses_nothing_and_warns_once(tmp_path, monkey
         rank0 = (run.dir / "train" / "logs" / "rank-00000.log").read_text()
         assert rank0.count("TrackingWarning") == 1, rank0  # one warning, not one per step
         assert rank0.count("unreachable") == 1
+        assert rank0.count("resumed after") == 1, rank0  # one line when delivery resumed
     finally:
+        go_on.touch()
         server.stop()
 
 

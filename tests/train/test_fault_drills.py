@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 
 import pytest
@@ -123,3 +124,33 @@ def test_no_step_drill_never_touches_the_store():
     injector = FaultInjector(FaultInjection(), rank=0, store=Untouchable())
     injector.before_step(1)
     assert injector.already_fired == set()
+
+
+# --------------------------------------------------------------------------- the pause
+
+
+def test_a_paused_rank_waits_at_its_step_until_the_file_exists(tmp_path):
+    go_on = tmp_path / "go-on"
+    injector = FaultInjector(
+        FaultInjection(pause_at_step=3, pause_until_file=str(go_on)), rank=0, store=None
+    )
+    injector.before_step(2)  # not the pause's step: no wait
+    released_at: list[float] = []
+
+    def release() -> None:
+        time.sleep(0.3)
+        released_at.append(time.monotonic())
+        go_on.touch()
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    injector.before_step(3)
+    returned_at = time.monotonic()
+    releaser.join()
+    assert released_at and returned_at >= released_at[0]  # it waited for the file
+    injector.before_step(3)  # a restarted job meets the existing file: no wait
+
+
+def test_the_pause_needs_its_file():
+    with pytest.raises(ValueError, match="together"):
+        FaultInjection(pause_at_step=3)
