@@ -1,0 +1,50 @@
+"""Put this folder on PYTHONPATH with AUTOTUNE_TRACE=FILE set: every Python process then records
+each Triton launch-configuration benchmark Inductor runs (kernel, its cache state, how many
+configurations, seconds) as one JSON line in FILE. For finding what a warm start re-tunes
+(``infra/bench/warm-start.sh``)."""
+
+import os
+
+# KEEP_COMPILER_CACHE=DIR: this process's Inductor and Triton caches in DIR, whatever the
+# launcher chose (``ffjobs bench train`` gives every launch empty ones)
+if os.environ.get("KEEP_COMPILER_CACHE"):
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
+        os.environ["KEEP_COMPILER_CACHE"], "inductor"
+    )
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ["KEEP_COMPILER_CACHE"], "triton")
+
+if os.environ.get("AUTOTUNE_TRACE"):
+    import json
+    import time
+
+    try:
+        from torch._inductor.runtime import triton_heuristics as _th
+    except Exception:  # no torch, or no Triton on this machine: nothing to trace
+        _th = None
+    if _th is not None:
+        _original = _th.CachingAutotuner.benchmark_all_configs
+
+        def _traced(self, *args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return _original(self, *args, **kwargs)
+            finally:
+                name = self.filename or ""
+                folder = os.path.dirname(name)
+                record = {
+                    "pid": os.getpid(),
+                    "kernel": getattr(self.fn, "__name__", "?"),
+                    "file": name,
+                    "configs": len(getattr(self, "launchers", []) or []),
+                    "cache": {k: str(v) for k, v in (self.autotune_cache_info or {}).items()},
+                    "best_configs_beside": (
+                        sum(f.endswith(".best_config") for f in os.listdir(folder))
+                        if folder and os.path.isdir(folder)
+                        else None
+                    ),
+                    "seconds": round(time.perf_counter() - started, 4),
+                }
+                with open(os.environ["AUTOTUNE_TRACE"], "a") as out:
+                    out.write(json.dumps(record) + "\n")
+
+        _th.CachingAutotuner.benchmark_all_configs = _traced
