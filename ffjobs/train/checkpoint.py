@@ -14,10 +14,13 @@ and written into the one file, so a restart with the same world size continues e
 random stream exactly.
 
 Asynchronous save (``asynchronous=True``): training is blocked only while the state is copied
-to host memory (pinned buffers reused from save to save, :class:`HostSnapshot`); serialising, hashing and writing run on a background thread. The next save,
-:meth:`Checkpointer.wait` and :meth:`Checkpointer.latest_verified` wait for the write in
-flight. A crash during the write leaves at most a hidden temporary file and no manifest, so the
-previous verified checkpoint stays the latest one.
+into a shared host buffer reused from save to save (:class:`~ffjobs.train.snapshot.HostSnapshot`);
+serialising, hashing and writing run in a writer process
+(:mod:`ffjobs.train.checkpoint_writer`), so they do not take the interpreter from the training
+loop. The next save, :meth:`Checkpointer.wait` and :meth:`Checkpointer.latest_verified` wait
+for the write in flight; :meth:`Checkpointer.close` also stops the writer. A crash during the
+write leaves at most a hidden temporary file and no manifest, so the previous verified
+checkpoint stays the latest one.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import io
 import json
 import random
 import re
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -39,7 +41,9 @@ import torch
 import torch.distributed as dist
 
 from ffjobs.storage_config import S3Config
+from ffjobs.train.checkpoint_writer import CheckpointWriter
 from ffjobs.train.distributed import barrier, get_rank, get_world_size
+from ffjobs.train.snapshot import HostSnapshot, SharedMemoryTooSmall, encode
 from ffjobs.train.storage import CheckpointStore, open_store
 
 _MANIFEST = re.compile(r"step-(\d+)\.json")
@@ -117,45 +121,6 @@ def gather_to_rank0(obj: Any) -> list[Any]:
     return gathered
 
 
-class HostSnapshot:
-    """Copies of a state's tensors in host memory, into buffers kept from one save to the next.
-
-    Device tensors go into page-locked (pinned) buffers with asynchronous copies and one
-    synchronisation at the end: the copy runs at the link's speed, and the buffers are
-    allocated at the first save only (pinning a gigabyte costs more than copying it). The
-    buffers are reused, so a snapshot must be written before the next one is taken (the
-    checkpointer waits for the write in flight first). Host tensors are plain copies.
-    Training goes on updating its tensors in place after :meth:`take` returns.
-    """
-
-    def __init__(self) -> None:
-        self._buffers: dict[tuple[Any, ...], torch.Tensor] = {}
-
-    def take(self, obj: Any) -> Any:
-        """A copy of ``obj`` whose tensors live in CPU memory, containers rebuilt."""
-        copied = self._copy(obj, ())
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
-        return copied
-
-    def _copy(self, obj: Any, path: tuple[Any, ...]) -> Any:
-        if isinstance(obj, torch.Tensor):
-            tensor = obj.detach()
-            if tensor.device.type != "cuda":
-                return tensor.to("cpu", copy=True)
-            buffer = self._buffers.get(path)
-            if buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
-                buffer = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-                self._buffers[path] = buffer
-            return buffer.copy_(tensor, non_blocking=True)
-        if isinstance(obj, dict):
-            return {key: self._copy(value, (*path, key)) for key, value in obj.items()}
-        if isinstance(obj, list | tuple):
-            values = [self._copy(value, (*path, i)) for i, value in enumerate(obj)]
-            return values if isinstance(obj, list) else tuple(values)
-        return obj
-
-
 @dataclass
 class SaveTiming:
     """Where the time of one save went, in seconds."""
@@ -164,7 +129,7 @@ class SaveTiming:
     blocked_s: float
     """Training blocked: barrier, RNG gather, host snapshot, waiting for the previous write."""
     write_s: float | None = None
-    """Serialise, hash, write and prune (on the writer thread when asynchronous)."""
+    """Serialise, hash, write and prune (in the writer process when asynchronous)."""
 
 
 # --------------------------------------------------------------------------- the checkpointer
@@ -180,9 +145,11 @@ class Checkpointer:
         store: CheckpointStore | None = None,
         s3: S3Config | None = None,
     ):
+        """``store``: a store object instead of ``open_store(location, s3)``; asynchronous saves
+        hand it to the writer process, so it must be picklable."""
         self.store = store if store is not None else open_store(location, s3=s3)
         self.keep = keep
-        self._writer: threading.Thread | None = None
+        self._writer = CheckpointWriter(self.store, keep)  # its process starts at first use
         self._snapshot = HostSnapshot()
         self._write_error: BaseException | None = None
         self.timings: list[SaveTiming] = []
@@ -190,6 +157,11 @@ class Checkpointer:
     @property
     def location(self) -> str:
         return self.store.location
+
+    @property
+    def writer_pid(self) -> int | None:
+        """The writer process's pid once an asynchronous save has started it."""
+        return self._writer.pid
 
     def save(
         self,
@@ -203,10 +175,11 @@ class Checkpointer:
         """Collective: all ranks call it; rank 0 writes ``state`` plus every rank's ``rank_state``.
 
         Returns the data file's location on rank 0, ``None`` elsewhere. ``asynchronous``: return
-        once the state is copied to host memory and write it on a background thread; the file
-        is verified only once its manifest is written (``on_written(name)`` is called then, on
-        rank 0, on the writing thread). A failed background write raises at the next save or
-        :meth:`wait`.
+        once the state is copied to shared host memory and write it in the writer process; the
+        file is verified only once its manifest is written (``on_written(name)`` is called
+        then, on rank 0, on a thread of this process). A failed background write raises at the
+        next save or :meth:`wait`. Where ``/dev/shm`` cannot hold the snapshot the save is
+        synchronous, with a :class:`CheckpointWarning` saying so.
         """
         started = time.perf_counter()
         barrier()  # every rank has finished this step before the state is taken
@@ -217,50 +190,55 @@ class Checkpointer:
         payload = {**state, "step": step, "rank_states": rank_states}
         timing = SaveTiming(step=step, blocked_s=0.0)
         self.timings.append(timing)
-        if not asynchronous:
-            self._write(step, payload, timing, on_written)
+        snapshot = None
+        if asynchronous:
+            try:
+                snapshot = self._snapshot.take(payload)
+            except SharedMemoryTooSmall as exc:
+                warnings.warn(
+                    f"{exc}: writing checkpoint step {step} synchronously (give the job more "
+                    "shared memory, e.g. docker --shm-size, or set train.async_checkpoint=false)",
+                    CheckpointWarning,
+                    stacklevel=2,
+                )
+        if snapshot is None:
+            write_started = time.perf_counter()
+            self.write(step, payload)
+            timing.write_s = time.perf_counter() - write_started
             timing.blocked_s = time.perf_counter() - started
+            if on_written is not None:
+                on_written(data_name(step))
             return self.store.describe(data_name(step))
-        snapshot = self._snapshot.take(payload)
-        self._writer = threading.Thread(
-            target=self._write_in_background,
-            args=(step, snapshot, timing, on_written),
-            name=f"checkpoint-writer-{step}",
-        )  # not a daemon: an interpreter that exits normally still finishes the write
-        self._writer.start()
+
+        def done(write_s: float | None, error: BaseException | None) -> None:
+            timing.write_s = write_s
+            if error is not None:  # handed to the training thread at its next save or wait
+                self._write_error = error
+            elif on_written is not None:
+                on_written(data_name(step))
+
+        assert self._snapshot.buffer is not None
+        self._writer.submit(step, self._snapshot.buffer, encode(self._snapshot, snapshot), done)
         timing.blocked_s = time.perf_counter() - started
         return self.store.describe(data_name(step))
 
     def wait(self) -> None:
         """Block until the background write in flight (if any) is complete; re-raise its error."""
-        if self._writer is not None:
-            self._writer.join()
-            self._writer = None
+        self._writer.wait()
         if self._write_error is not None:
             error, self._write_error = self._write_error, None
             raise RuntimeError(f"background checkpoint write failed: {error}") from error
 
-    def _write_in_background(
-        self,
-        step: int,
-        payload: dict[str, Any],
-        timing: SaveTiming,
-        on_written: Callable[[str], None] | None,
-    ) -> None:
+    def close(self) -> None:
+        """Wait for the write in flight (re-raising its error), stop the writer, free the buffer."""
         try:
-            self._write(step, payload, timing, on_written)
-        except BaseException as exc:  # handed to the training thread at its next save or wait
-            self._write_error = exc
+            self._writer.close()
+            self.wait()
+        finally:
+            self._snapshot.release()
 
-    def _write(
-        self,
-        step: int,
-        payload: dict[str, Any],
-        timing: SaveTiming,
-        on_written: Callable[[str], None] | None,
-    ) -> None:
+    def write(self, step: int, payload: dict[str, Any]) -> None:
         """Serialise, write the data file, then its manifest (only now is it verified), prune."""
-        started = time.perf_counter()
         buffer = io.BytesIO()
         torch.save(payload, buffer)
         data = buffer.getvalue()
@@ -276,9 +254,6 @@ class Checkpointer:
         }
         self.store.write(manifest_name(step), json.dumps(manifest, indent=1).encode())
         self.prune()
-        timing.write_s = time.perf_counter() - started
-        if on_written is not None:
-            on_written(name)
 
     def steps(self) -> list[int]:
         """Steps that have a manifest, newest first."""

@@ -74,7 +74,11 @@ class LocalStore:
 
 
 class S3Store:
-    """Objects under ``s3://bucket/prefix`` via boto3, at the endpoint ``s3`` names."""
+    """Objects under ``s3://bucket/prefix`` via boto3, at the endpoint ``s3`` names.
+
+    A pickled store is its URL and ``s3`` section: unpickled (in the checkpoint writer
+    process) it opens a client of its own at the same endpoint.
+    """
 
     def __init__(self, url: str, client: object | None = None, s3: S3Config | None = None):
         if not url.startswith("s3://"):
@@ -82,11 +86,18 @@ class S3Store:
         bucket, _, prefix = url[len("s3://") :].partition("/")
         self.bucket, self.prefix = bucket, prefix.strip("/")
         self.location = url.rstrip("/")
+        self.s3 = s3
         if client is None:
             import boto3
 
             client = boto3.client("s3", **(s3 or S3Config()).client_options())
         self.client = client
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"url": self.location, "s3": self.s3}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__(state["url"], s3=state["s3"])  # type: ignore[misc, arg-type]
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name

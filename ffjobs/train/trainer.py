@@ -264,7 +264,7 @@ class Trainer:
                 pass
         finally:
             with self.stop.busy():  # the last checkpoint is complete before the job ends
-                self.checkpointer.wait()
+                self.checkpointer.close()
         return result
 
     def run_steps(self, count: int, result: TrainResult | None = None) -> Iterator[int]:

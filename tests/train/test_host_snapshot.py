@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ffjobs.train.checkpoint import HostSnapshot
+from ffjobs.train.snapshot import HostSnapshot
 
 
 def _state(device: str) -> dict:
