@@ -48,6 +48,27 @@ def test_configured_endpoint_wins_over_the_environment(s3_endpoint, s3_env, monk
     }
 
 
+@pytest.mark.integration
+def test_async_save_writes_through_the_writer_processs_own_s3_client(s3_endpoint, s3_env):
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="ckpt-async")
+    s3 = S3Config(endpoint_url=s3_endpoint, region="us-east-1")
+    ckpt = Checkpointer("s3://ckpt-async/run", keep=2, s3=s3)
+    try:
+        state = {"w": torch.arange(1024, dtype=torch.float32)}
+        for step in (1, 2, 3):
+            ckpt.save(step, state, {"rng": capture_rng_state()}, asynchronous=True)
+            state["w"].add_(1.0)  # changed in place right after each save
+        ckpt.wait()
+        assert ckpt.writer_pid is not None and ckpt.steps() == [3, 2]  # pruned by the writer
+        ref = ckpt.latest_verified()
+        assert ref is not None and ref.step == 3
+        assert torch.equal(ckpt.load(ref)["w"], torch.arange(1024, dtype=torch.float32) + 2)
+    finally:
+        ckpt.close()
+
+
 class _ClientRecorder:
     """Stands in for ``boto3.client`` and keeps the keyword arguments of every call."""
 

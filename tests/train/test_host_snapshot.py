@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ffjobs.train.snapshot import HostSnapshot
+from ffjobs.train.snapshot import HostSnapshot, decode, encode
 
 
 def _state(device: str) -> dict:
@@ -29,6 +29,25 @@ def _check_snapshot(device: str) -> None:
 
 def test_cpu_state_is_copied_not_aliased():
     _check_snapshot("cpu")
+
+
+def test_snapshot_is_one_shared_buffer_that_crosses_as_offsets():
+    snapshot = HostSnapshot()
+    state = {**_state("cpu"), "half": torch.arange(5, dtype=torch.float16), "none": None}
+    copy = snapshot.take(state)
+    buffer = snapshot.buffer
+    assert buffer is not None and buffer.is_shared()
+    for tensor in (copy["net"]["weight"], copy["steps"][0], copy["half"]):
+        assert tensor.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
+    rebuilt = decode(encode(snapshot, copy), buffer)
+    assert rebuilt["name"] == "g" and rebuilt["none"] is None
+    assert rebuilt["half"].dtype == torch.float16 and torch.equal(rebuilt["half"], state["half"])
+    assert torch.equal(rebuilt["net"]["weight"], state["net"]["weight"])
+    # owned copies: saving one tensor must not write the whole buffer
+    assert rebuilt["half"].untyped_storage().nbytes() == 10
+    # a state of another shape gets a new buffer
+    snapshot.take({"w": torch.zeros(3)})
+    assert snapshot.buffer is not buffer
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
