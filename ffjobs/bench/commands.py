@@ -24,3 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from ffjobs.bench import recovery
 
     recovery.register(actions)
+
+    from ffjobs.bench import checkpoint
+
+    checkpoint.register(actions)
