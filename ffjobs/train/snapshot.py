@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -63,7 +64,7 @@ class HostSnapshot:
         self._layout: list[tuple[torch.Size, torch.dtype]] = []
         self._views: list[torch.Tensor] = []
         self._offsets: dict[int, int] = {}  # id(view) -> its byte offset in the buffer
-        self._registered = False
+        self._unregister: weakref.finalize | None = None
 
     def take(self, obj: Any) -> Any:
         """A copy of ``obj`` whose tensors are views of the shared buffer, containers rebuilt.
@@ -84,7 +85,7 @@ class HostSnapshot:
             view = next(views)
             on_device = tensor.device.type == "cuda"
             device_copies |= on_device
-            return view.copy_(tensor.detach(), non_blocking=on_device and self._registered)
+            return view.copy_(tensor.detach(), non_blocking=on_device and self.pinned)
 
         copied = _map_tensors(obj, copy)
         if device_copies:
@@ -112,7 +113,9 @@ class HostSnapshot:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             cudart = torch.cuda.cudart()
             torch.cuda.check_error(cudart.cudaHostRegister(buffer.data_ptr(), buffer.numel(), 0))
-            self._registered = True
+            # unpinned when the snapshot goes: a range freed while still registered cannot be
+            # registered again once the allocator hands the same addresses out
+            self._unregister = weakref.finalize(self, _unregister, buffer.data_ptr())
         self.buffer, self._layout = buffer, layout
         self._views = [
             buffer[offset:].view(dtype)[: shape.numel()].view(shape)
@@ -120,12 +123,20 @@ class HostSnapshot:
         ]
         self._offsets = {id(v): o for v, o in zip(self._views, offsets, strict=True)}
 
+    @property
+    def pinned(self) -> bool:
+        return self._unregister is not None and self._unregister.alive
+
     def release(self) -> None:
         """Unpin and drop the buffer (the next :meth:`take` allocates a new one)."""
-        if self.buffer is not None and self._registered:
-            torch.cuda.check_error(torch.cuda.cudart().cudaHostUnregister(self.buffer.data_ptr()))
+        if self._unregister is not None:
+            self._unregister()
+            self._unregister = None
         self.buffer, self._layout, self._views, self._offsets = None, [], [], {}
-        self._registered = False
+
+
+def _unregister(pointer: int) -> None:
+    torch.cuda.check_error(torch.cuda.cudart().cudaHostUnregister(pointer))
 
 
 # --------------------------------------------------------------------------- crossing processes
@@ -149,14 +160,19 @@ def encode(snapshot: HostSnapshot, obj: Any) -> bytes:
 
 
 def decode(data: bytes, buffer: torch.Tensor) -> Any:
-    """Inverse of :func:`encode` against the same (mapped) buffer; tensors are owned copies."""
+    """Inverse of :func:`encode` against the same (mapped) buffer: tensors alias the buffer."""
+
+    storage = buffer.untyped_storage()
 
     class _Unpickler(pickle.Unpickler):
         def persistent_load(self, pid: Any) -> torch.Tensor:
             offset, dtype_name, shape = pid
             dtype = getattr(torch, dtype_name)
-            numel = torch.Size(shape).numel()
-            # a copy of its own: torch.save of a view would write the whole shared buffer
-            return buffer[offset:].view(dtype)[:numel].view(shape).clone()
+            nbytes = torch.Size(shape).numel() * dtype.itemsize
+            if nbytes == 0:  # an empty storage would share its address with the next tensor's
+                return torch.empty(shape, dtype=dtype)
+            # a storage of its own bytes, no copy: torch.save writes each tensor alone, not the
+            # whole buffer, so the file is the same as from a synchronous save
+            return torch.empty(0, dtype=dtype).set_(storage[offset : offset + nbytes], 0, shape)
 
     return _Unpickler(io.BytesIO(data)).load()

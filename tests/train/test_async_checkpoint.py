@@ -25,7 +25,9 @@ from .stores import GatedStore, HalfWritingStore, wait_for
 
 
 def _state(value: float) -> dict:
-    return {"weights": torch.full((256, 256), value), "meta": {"lr": 1e-3}}
+    # mixed dtypes and an empty tensor: each lands at its own place in the shared buffer
+    extra = {"empty": torch.zeros(0, 4), "flags": torch.ones(3, dtype=torch.bool)}
+    return {"weights": torch.full((256, 256), value), "meta": {"lr": 1e-3}, **extra}
 
 
 def _gone(pid: int, timeout_s: float) -> bool:
@@ -54,7 +56,9 @@ def test_async_save_returns_before_the_write_and_keeps_the_state_at_save_time(tm
         ckpt.wait()
         ref = ckpt.latest_verified()
         assert ref is not None and ref.step == 2
-        assert torch.equal(ckpt.load(ref)["weights"], torch.full((256, 256), 2.0))
+        loaded = ckpt.load(ref)
+        assert torch.equal(loaded["weights"], torch.full((256, 256), 2.0))
+        assert loaded["empty"].shape == (0, 4) and loaded["flags"].dtype == torch.bool
         timing = ckpt.timings[-1]
         assert timing.step == 2 and timing.write_s is not None and timing.blocked_s >= 0.0
         # the next save reuses the shared buffer and writes the state as it is now

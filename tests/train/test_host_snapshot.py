@@ -43,7 +43,7 @@ def test_snapshot_is_one_shared_buffer_that_crosses_as_offsets():
     assert rebuilt["name"] == "g" and rebuilt["none"] is None
     assert rebuilt["half"].dtype == torch.float16 and torch.equal(rebuilt["half"], state["half"])
     assert torch.equal(rebuilt["net"]["weight"], state["net"]["weight"])
-    # owned copies: saving one tensor must not write the whole buffer
+    # each tensor has a storage of its own bytes: saving one does not write the whole buffer
     assert rebuilt["half"].untyped_storage().nbytes() == 10
     # a state of another shape gets a new buffer
     snapshot.take({"w": torch.zeros(3)})
