@@ -88,7 +88,7 @@ def _process_write(ckpt: Any, step: int, state: dict[str, Any]) -> dict[str, Any
     timing = ckpt.timings[-1]
     return {
         "blocked_s": timing.blocked_s,
-        "done": lambda: timing.write_s is not None,
+        "done": lambda: not ckpt.writing,
         "join": ckpt.wait,
         "timing": timing,
     }

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import math
 import os
 import platform
 import sys
@@ -80,8 +81,9 @@ def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int
     """Blocked time of a synchronous and an asynchronous save, and the steps beside the write.
 
     The blocked share of training at ``interval`` counts the asynchronous save's blocked time
-    (the second one: the first also allocates its reusable pinned buffers, reported apart)
-    plus what the steps run during its background write lost against the timed steps.
+    (the second one: the first also allocates its reusable shared, pinned buffer and starts the
+    writer process, reported apart) plus what the steps run during its background write lost
+    against the timed steps.
     """
     from ffjobs.train.checkpoint import data_name
 
@@ -90,7 +92,7 @@ def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int
     trainer.checkpointer.save(trainer.step, trainer.state_dict(), trainer.rank_state())
     sync = ckpt.timings[-1] if ckpt.timings else None
     first_background = None
-    for _ in range(2):  # the first asynchronous save also allocates the pinned host buffers
+    for _ in range(2):  # the first asynchronous save also allocates the host buffer
         trainer.checkpointer.save(
             trainer.step, trainer.state_dict(), trainer.rank_state(), asynchronous=True
         )
@@ -98,12 +100,17 @@ def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int
         if first_background is None:
             first_background = background
             ckpt.wait()  # the second save must not wait for the first one's write
-    list(trainer.run_steps(steps_during_write))
+    # enough steps to cover the whole write, the same number on every rank: the writer does the
+    # synchronous save's work, so its time with half again as margin (outlasted says if not)
+    estimate = _from_rank0(1.5 * sync.write_s if sync is not None and sync.write_s else None)
+    beside = max(steps_during_write, math.ceil((estimate or 0.0) / step_time) + 1)
+    list(trainer.run_steps(beside))
     during = trainer.meter.window().step_time_s
+    outlasted = ckpt.writing  # the write went on after the steps: some of its cost is missed
     ckpt.wait()
     if sync is None or background is None:  # ranks other than 0 write nothing
         return {}
-    lost = background.blocked_s + max(during - step_time, 0.0) * steps_during_write
+    lost = background.blocked_s + max(during - step_time, 0.0) * beside
     chosen = lost if trainer.tc.async_checkpoint else sync.blocked_s
     return {
         "checkpoint_sync_blocked_s": sync.blocked_s,
@@ -111,6 +118,8 @@ def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int
         "checkpoint_async_first_blocked_s": first_background.blocked_s,
         "checkpoint_async_write_s": background.write_s,
         "step_time_during_write_s": during,
+        "steps_during_write": beside,
+        "checkpoint_write_outlasted_steps": outlasted,
         "checkpoint_async_lost_s": lost,
         "checkpoint_bytes": ckpt.store.size(data_name(step)),
         "checkpoint_interval": interval,
@@ -118,6 +127,17 @@ def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int
         "checkpoint_blocked_s": chosen,
         "checkpoint_blocked_fraction": chosen / (interval * step_time + chosen),
     }
+
+
+def _from_rank0(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def bench_rank(

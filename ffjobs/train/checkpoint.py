@@ -159,6 +159,11 @@ class Checkpointer:
         return self.store.location
 
     @property
+    def writing(self) -> bool:
+        """Whether an asynchronous write is in flight."""
+        return self._writer.busy
+
+    @property
     def writer_pid(self) -> int | None:
         """The writer process's pid once an asynchronous save has started it."""
         return self._writer.pid

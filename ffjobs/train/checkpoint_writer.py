@@ -68,6 +68,11 @@ class CheckpointWriter:
         )
         self._watcher.start()
 
+    @property
+    def busy(self) -> bool:
+        """Whether a write is in flight (not answered yet)."""
+        return self._watcher is not None and self._watcher.is_alive()
+
     def wait(self) -> None:
         """Block until the write in flight (if any) is answered."""
         if self._watcher is not None:

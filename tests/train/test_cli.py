@@ -80,4 +80,7 @@ def test_bench_train_reports_throughput_mfu_and_exposed_comm(tmp_path, capsys, n
     assert 0 <= report["exposed_comm_fraction_ab"] < 1
     parts = report["data_wait_s"] + report["compute_s"] + report["exposed_comm_s"]
     assert parts == pytest.approx(report["step_time_s"], rel=1e-6)
+    # checkpoint cost: the async write is done by the writer process, beside counted steps
+    assert report["checkpoint_async_write_s"] > 0 and report["steps_during_write"] >= 1
+    assert 0 < report["checkpoint_blocked_fraction"] < 1
     assert not (tmp_path / "ckpt").exists()  # a benchmark never writes checkpoints
