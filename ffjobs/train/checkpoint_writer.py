@@ -60,7 +60,9 @@ class CheckpointWriter:
         ``on_done(write_s, error)`` is called on a thread of this process once the writer
         answers, or with an error if it dies first. The caller waits for the previous write.
         """
-        if self._process is None or not self._process.is_alive():
+        if self._process is not None and not self._process.is_alive():
+            self.close()  # it died (killed mid-write, say): a new one takes over
+        if self._process is None:
             self._start()
         self._requests.put((step, buffer, encoded))
         self._watcher = threading.Thread(
