@@ -11,9 +11,8 @@ mkdir -p "$work" "$out"
 export PYTHONPATH=$PWD NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 TIMEFORMAT=%R
 
-{ date -u +%FT%TZ; nvidia-smi -L; nvidia-smi topo -m
-  python -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version())"
-} >"$work/machine.txt" 2>&1
+. infra/bench/machine.sh
+machine_facts "$work/machine.txt" nvidia-smi topo -m
 
 preflight() {  # preflight NAME [VAR=VALUE ...]
   local name=$1; shift

@@ -9,9 +9,8 @@ out=${1:?usage: gpu-profile.sh OUTDIR}
 work=$(mktemp -d)
 mkdir -p "$out"
 export PYTHONPATH=$PWD NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-{ date -u +%FT%TZ; nvidia-smi -L
-  python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
-} >"$out/machine.txt" 2>&1
+. infra/bench/machine.sh
+machine_facts "$out/machine.txt"
 
 variant() {  # variant NAME SECONDS [bench train arguments ...]
   local name=$1 limit=$2; shift 2

@@ -13,9 +13,8 @@ out=${1:?usage: warm-start.sh OUTDIR}
 work=$(mktemp -d)
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-{ date -u +%FT%TZ; nvidia-smi -L
-  python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
-} >"$out/machine.txt" 2>&1
+. infra/bench/machine.sh
+machine_facts "$out/machine.txt"
 
 run() {  # run NAME CHECKPOINT_DIR KEEP_DIR_OR_EMPTY [bench train arguments ...]
   local name=$1 ckpt=$2 keep=$3; shift 3
