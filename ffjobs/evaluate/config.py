@@ -38,7 +38,7 @@ class GateConfig:
     metric's own units (0: at least as good; the champion is evaluated now, on the same set)."""
     compare: list[str] = field(default_factory=lambda: list(METRICS))
     """Metrics that must not be worse than the champion's (those measured). Retrieval top-1
-    moves in steps of 1 / (held-out identities): on a small evaluation set, leave it out."""
+    moves in steps of one query (1 / pairs): on a set of a few pairs, leave it out."""
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.compare if name not in METRICS]
