@@ -38,9 +38,12 @@ from ffjobs.slurm.jobstate import (
 from ffjobs.slurm.supervisor import AttemptResult
 from ffjobs.train.job import TrainJob
 
+CANCEL_AFTER_S = 1.0
+"""A job still alive this long after one of its ranks reported a failure is cancelled (a job
+SLURM can end ends by itself within about a second: ``--kill-on-bad-exit``)."""
 END_GRACE_S = 2.0
-"""A job still alive this long after one of its ranks reported a failure is cancelled; and once
-cancelled, its nodes get this long to confirm the end before the silent ones count as lost."""
+"""Once cancelled, the job's nodes get this long to confirm its end before the silent ones count
+as lost (SIGTERM first: the ranks exit within a second, ``ffjobs.train.stop``)."""
 END_WAIT_S = 10.0
 """At most this long after the cancel, the attempt ends whichever nodes have confirmed."""
 _PROGRESS = re.compile(r"^step (\d+)/\d+ ", re.MULTILINE)
@@ -241,7 +244,7 @@ class SlurmAttempts:
         """Poll until the job ends; (its status, nodes that never confirmed its end).
 
         A job whose rank reported a failure (:mod:`ffjobs.slurm.rank_failures`) but that is
-        still alive ``END_GRACE_S`` later is cancelled: a peer on an unreachable node keeps it
+        still alive ``CANCEL_AFTER_S`` later is cancelled: a peer on an unreachable node keeps it
         alive until the controller gives that node up. Once another node of the job has
         confirmed the end (or after ``END_WAIT_S``), the nodes still completing it are the
         ones the controller cannot reach, and the attempt ends without waiting for them.
@@ -249,7 +252,7 @@ class SlurmAttempts:
         from submitit.core.utils import JobPaths
 
         folder = JobPaths(folder, job_id=job_id).folder  # the pattern's %j made this job's
-        cancelled_at = None
+        cancelled_at, reports = None, []
         while True:
             status = poll_jobs([job_id])[job_id]
             now = time.time()
@@ -257,7 +260,7 @@ class SlurmAttempts:
                 if status.is_terminal:
                     return status, ()
                 reports = rank_failures.current_reports(folder, job_id)
-                if reports and now - reports[0]["time"] >= END_GRACE_S:
+                if reports and now - reports[0]["time"] >= CANCEL_AFTER_S:
                     rank_failures.cancel(job_id)
                     cancelled_at = now
             else:  # accounting says CANCELLED at once; squeue knows who has not ended it yet
@@ -269,7 +272,7 @@ class SlurmAttempts:
                 if waited >= END_GRACE_S and (confirmed or waited >= END_WAIT_S):
                     ended = replace(status, state=JobState.CANCELLED, slurm_state="CANCELLED")
                     return ended, pending
-            time.sleep(self.poll_s if cancelled_at is None else 0.5)
+            time.sleep(0.5 if cancelled_at is not None or reports else self.poll_s)
 
     def _result(
         self,
