@@ -265,12 +265,14 @@ class SlurmAttempts:
                     cancelled_at = now
             else:  # accounting says CANCELLED at once; squeue knows who has not ended it yet
                 pending = rank_failures.nodes_still_completing(job_id)
-                if status.is_terminal and not pending:
-                    return status, ()
                 waited = now - cancelled_at
                 confirmed = len(pending) < len(status.nodes)
-                if waited >= END_GRACE_S and (confirmed or waited >= END_WAIT_S):
-                    ended = replace(status, state=JobState.CANCELLED, slurm_state="CANCELLED")
+                if (status.is_terminal and not pending) or (
+                    waited >= END_GRACE_S and (confirmed or waited >= END_WAIT_S)
+                ):  # our cancel's exit code says nothing of the ranks that never reported
+                    ended = replace(
+                        status, state=JobState.CANCELLED, slurm_state="CANCELLED", exit_code=None
+                    )
                     return ended, pending
             time.sleep(0.5 if cancelled_at is not None or reports else self.poll_s)
 
