@@ -15,23 +15,12 @@ from before the oldest batch in flight, i.e. the position after the last *consum
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ffjobs.train.data import BatchStream
-
-
-def _map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """``batch`` (dicts, lists, tuples of tensors and plain values) with ``fn`` on each tensor."""
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
-    if isinstance(batch, dict):
-        return {key: _map_tensors(value, fn) for key, value in batch.items()}
-    if isinstance(batch, list | tuple):
-        return type(batch)(_map_tensors(value, fn) for value in batch)
-    return batch
+from ffjobs.train.tensors import map_tensors
 
 
 class DevicePrefetcher:
@@ -53,7 +42,7 @@ class DevicePrefetcher:
         copied = None
         if self.copy_stream is not None:
             with torch.cuda.stream(self.copy_stream):
-                batch = _map_tensors(batch, lambda t: t.to(self.device, non_blocking=True))
+                batch = map_tensors(batch, lambda t: t.to(self.device, non_blocking=True))
                 copied = torch.cuda.Event()
                 copied.record(self.copy_stream)
         self._in_flight.append((state, batch, copied))
@@ -71,7 +60,7 @@ class DevicePrefetcher:
             compute = torch.cuda.current_stream(self.device)
             compute.wait_event(copied)  # this batch's copy only, not the ones issued after it
             # memory allocated on the copy stream, read on the compute stream: keep it alive
-            _map_tensors(batch, lambda t: t.record_stream(compute))
+            map_tensors(batch, lambda t: t.record_stream(compute))
         self._take()
         return batch
 

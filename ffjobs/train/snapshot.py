@@ -17,10 +17,11 @@ import io
 import os
 import pickle
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from ffjobs.train.tensors import map_tensors
 
 ALIGN = 64  # bytes: every dtype's view starts on a boundary of its element size
 SHARED_MEMORY = "/dev/shm"  # where Linux keeps POSIX shared memory (shm_open)
@@ -28,18 +29,6 @@ SHARED_MEMORY = "/dev/shm"  # where Linux keeps POSIX shared memory (shm_open)
 
 class SharedMemoryTooSmall(RuntimeError):
     """The host snapshot does not fit in the free shared memory."""
-
-
-def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """``obj`` with every tensor replaced by ``fn(tensor)``, dicts, lists and tuples rebuilt."""
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if isinstance(obj, dict):
-        return {key: _map_tensors(value, fn) for key, value in obj.items()}
-    if isinstance(obj, list | tuple):
-        values = [_map_tensors(value, fn) for value in obj]
-        return values if isinstance(obj, list) else tuple(values)
-    return obj
 
 
 def shared_memory_free() -> int | None:
@@ -73,7 +62,7 @@ class HostSnapshot:
         would not fit in ``/dev/shm``: a mapping past its end kills the process with SIGBUS.
         """
         tensors: list[torch.Tensor] = []
-        _map_tensors(obj, tensors.append)
+        map_tensors(obj, tensors.append)
         layout = [(t.shape, t.dtype) for t in tensors]
         if layout != self._layout:
             self._allocate(layout)
@@ -87,7 +76,7 @@ class HostSnapshot:
             device_copies |= on_device
             return view.copy_(tensor.detach(), non_blocking=on_device and self.pinned)
 
-        copied = _map_tensors(obj, copy)
+        copied = map_tensors(obj, copy)
         if device_copies:
             torch.cuda.synchronize()
         return copied
