@@ -111,8 +111,9 @@ class TrainConfig:
     async_checkpoint: bool = False
     """Copy the state to shared host memory, then write it from a writer process while training
     goes on (it needs ``/dev/shm`` room for one copy of the state; where there is too little,
-    the save is synchronous and says so). Off by default: a CPU run's snapshot costs about what its write does, and drills and
-    tests want a checkpoint durable when the save returns; the GPU preset turns it on."""
+    the save is synchronous and says so). Off by default: a CPU run's snapshot costs about
+    what its write does, and drills and tests want a checkpoint durable when the save returns;
+    the GPU preset turns it on."""
     checkpoint_dir: str = "runs/checkpoints"
     """Local shared directory or ``s3://bucket/prefix``."""
     resume: bool = True
