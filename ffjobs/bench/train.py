@@ -12,9 +12,9 @@ One call runs a short training (warm-up steps, then timed steps) on N local rank
   costs the critical path;
 * time to the first step (``first_step_s``: trainer construction to the first finished step,
   compilation included) and what the compile cache in the checkpoint folder gave;
-* checkpoint cost: one synchronous and one asynchronous save of the real training state, the
-  steps run while the asynchronous write is in flight, and the share of training time blocked
-  at the preset's ``train.checkpoint_every``;
+* checkpoint cost: one synchronous and three asynchronous saves of the real training state,
+  the steps run while each asynchronous write is in flight, and the share of training time
+  blocked at the preset's ``train.checkpoint_every`` (their mean);
 * with ``--baseline plain``, the same measurement of the plain path (fp32, contiguous, eager,
   unfused Adam, synchronous checkpoints) in the same call, under ``baseline``, and a last line
   of ratios.
@@ -77,13 +77,19 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int) -> dict:
-    """Blocked time of a synchronous and an asynchronous save, and the steps beside the write.
+CHECKPOINT_ROUNDS = 3
+"""Asynchronous saves measured one after the other: the cost beside a write varies from save to
+save with what else the host does, so the share is their mean, and each is reported."""
 
-    The blocked share of training at ``interval`` counts the asynchronous save's blocked time
-    (the second one: the first also allocates its reusable shared, pinned buffer and starts the
-    writer process, reported apart) plus what the steps run during its background write lost
-    against the timed steps.
+
+def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int) -> dict:
+    """Blocked time of a synchronous save and of :data:`CHECKPOINT_ROUNDS` asynchronous ones,
+    each followed by the steps that run beside its background write.
+
+    The blocked share of training at ``interval`` counts an asynchronous save's blocked time
+    plus what the steps run during its write lost against the timed steps, averaged over the
+    rounds. A first asynchronous save before them also allocates the reusable shared, pinned
+    buffer and starts the writer process; it is reported apart.
     """
     from ffjobs.train.checkpoint import data_name
 
@@ -91,36 +97,52 @@ def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int
     step_time = trainer.meter.window().step_time_s
     trainer.checkpointer.save(trainer.step, trainer.state_dict(), trainer.rank_state())
     sync = ckpt.timings[-1] if ckpt.timings else None
-    first_background = None
-    for _ in range(2):  # the first asynchronous save also allocates the host buffer
-        trainer.checkpointer.save(
-            trainer.step, trainer.state_dict(), trainer.rank_state(), asynchronous=True
-        )
-        background = ckpt.timings[-1] if ckpt.timings else None
-        if first_background is None:
-            first_background = background
-            ckpt.wait()  # the second save must not wait for the first one's write
+    trainer.checkpointer.save(
+        trainer.step, trainer.state_dict(), trainer.rank_state(), asynchronous=True
+    )
+    first_background = ckpt.timings[-1] if ckpt.timings else None
+    ckpt.wait()
     # enough steps to cover the whole write, the same number on every rank: the writer does the
     # synchronous save's work, so its time with half again as margin (outlasted says if not)
     estimate = _from_rank0(1.5 * sync.write_s if sync is not None and sync.write_s else None)
     beside = max(steps_during_write, math.ceil((estimate or 0.0) / step_time) + 1)
-    list(trainer.run_steps(beside))
-    during = trainer.meter.window().step_time_s
-    outlasted = ckpt.writing  # the write went on after the steps: some of its cost is missed
-    ckpt.wait()
-    if sync is None or background is None:  # ranks other than 0 write nothing
+    rounds, outlasted = [], False
+    for _ in range(CHECKPOINT_ROUNDS):
+        trainer.checkpointer.save(
+            trainer.step, trainer.state_dict(), trainer.rank_state(), asynchronous=True
+        )
+        background = ckpt.timings[-1] if ckpt.timings else None
+        list(trainer.run_steps(beside))
+        during = trainer.meter.window().step_time_s
+        outlasted = outlasted or ckpt.writing  # the write outlived the steps: cost missed
+        ckpt.wait()
+        if background is not None:
+            rounds.append(
+                {
+                    "blocked_s": background.blocked_s,
+                    "write_s": background.write_s,
+                    "step_time_during_write_s": during,
+                    "lost_s": background.blocked_s + max(during - step_time, 0.0) * beside,
+                }
+            )
+    if sync is None or not rounds or first_background is None:  # ranks other than 0 write nothing
         return {}
-    lost = background.blocked_s + max(during - step_time, 0.0) * beside
+
+    def mean(key: str) -> float:
+        return sum(r[key] or 0.0 for r in rounds) / len(rounds)
+
+    lost = mean("lost_s")
     chosen = lost if trainer.tc.async_checkpoint else sync.blocked_s
     return {
         "checkpoint_sync_blocked_s": sync.blocked_s,
-        "checkpoint_async_blocked_s": background.blocked_s,
+        "checkpoint_async_blocked_s": mean("blocked_s"),
         "checkpoint_async_first_blocked_s": first_background.blocked_s,
-        "checkpoint_async_write_s": background.write_s,
-        "step_time_during_write_s": during,
+        "checkpoint_async_write_s": mean("write_s"),
+        "step_time_during_write_s": mean("step_time_during_write_s"),
         "steps_during_write": beside,
         "checkpoint_write_outlasted_steps": outlasted,
         "checkpoint_async_lost_s": lost,
+        "checkpoint_async_rounds": rounds,
         "checkpoint_bytes": ckpt.store.size(data_name(step)),
         "checkpoint_interval": interval,
         "checkpoint_async": trainer.tc.async_checkpoint,

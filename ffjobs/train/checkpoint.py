@@ -30,9 +30,11 @@ import io
 import json
 import random
 import re
+import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +71,17 @@ def data_name(step: int) -> str:
 
 def manifest_name(step: int) -> str:
     return f"step-{step:08d}.json"
+
+
+@contextmanager
+def _zip_crc32(compute: bool) -> Iterator[None]:
+    """``torch.save`` computing its zip records' CRC-32 or not, for the block (then as before)."""
+    before = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(compute)
+    try:
+        yield
+    finally:
+        torch.serialization.set_crc32_options(before)
 
 
 # --------------------------------------------------------------------------- RNG states
@@ -243,20 +256,36 @@ class Checkpointer:
             self._snapshot.release()
 
     def write(self, step: int, payload: dict[str, Any]) -> None:
-        """Serialise, write the data file, then its manifest (only now is it verified), prune."""
+        """Serialise, write the data file, then its manifest (only now is it verified), prune.
+
+        One pass of copies: the zip records carry no CRC-32 (the manifest's sha256 over the
+        whole file is the check, made before anything is loaded), the file is written from the
+        serialised buffer itself, and the hash is taken on a thread beside the file write (both
+        release the interpreter).
+        """
         buffer = io.BytesIO()
-        torch.save(payload, buffer)
-        data = buffer.getvalue()
+        with _zip_crc32(False):
+            torch.save(payload, buffer)
+        data = buffer.getbuffer()
         name = data_name(step)
-        self.store.write(name, data)
+        digest: list[str] = []
+        hasher = threading.Thread(
+            target=lambda: digest.append(hashlib.sha256(data).hexdigest()), name="checkpoint-hash"
+        )
+        hasher.start()
+        try:
+            self.store.write(name, data)
+        finally:
+            hasher.join()
         manifest = {
             "step": step,
             "file": name,
-            "size": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
+            "size": data.nbytes,
+            "sha256": digest[0],
             "world_size": len(payload["rank_states"]),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
+        data.release()
         self.store.write(manifest_name(step), json.dumps(manifest, indent=1).encode())
         self.prune()
 

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from ffjobs.train.storage import CheckpointStore
 
 POLL_S = 0.5  # how often an idle writer looks for its parent
+NICENESS = 10
+"""The writer's scheduling priority below the trainer's: where cores are short, the training
+loop (which launches the kernels) goes first and the write takes longer."""
 OnDone = Callable[[float | None, BaseException | None], None]
 
 
@@ -153,6 +156,7 @@ def serve(
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.nice(NICENESS)
     checkpointer = Checkpointer(store.location, keep=keep, store=store)
     while True:
         try:

@@ -21,7 +21,7 @@ class CheckpointStore(Protocol):
 
     location: str
 
-    def write(self, name: str, data: bytes) -> None: ...
+    def write(self, name: str, data: bytes | memoryview) -> None: ...
     def read(self, name: str) -> bytes: ...
     def size(self, name: str) -> int: ...
     def list(self) -> list[str]: ...
@@ -36,7 +36,7 @@ class LocalStore:
         self.directory = Path(directory)
         self.location = str(self.directory)
 
-    def write(self, name: str, data: bytes) -> None:
+    def write(self, name: str, data: bytes | memoryview) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{name}.", suffix=".tmp")
         try:
@@ -102,8 +102,9 @@ class S3Store:
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
 
-    def write(self, name: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=data)
+    def write(self, name: str, data: bytes | memoryview) -> None:
+        # botocore takes bytes or a file, not a buffer view (bytes(bytes) is the same object)
+        self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=bytes(data))
 
     def read(self, name: str) -> bytes:
         return self.client.get_object(Bucket=self.bucket, Key=self._key(name))["Body"].read()

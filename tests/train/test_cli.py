@@ -82,5 +82,6 @@ def test_bench_train_reports_throughput_mfu_and_exposed_comm(tmp_path, capsys, n
     assert parts == pytest.approx(report["step_time_s"], rel=1e-6)
     # checkpoint cost: the async write is done by the writer process, beside counted steps
     assert report["checkpoint_async_write_s"] > 0 and report["steps_during_write"] >= 1
+    assert len(report["checkpoint_async_rounds"]) == 3  # the share is their mean
     assert 0 < report["checkpoint_blocked_fraction"] < 1
     assert not (tmp_path / "ckpt").exists()  # a benchmark never writes checkpoints
