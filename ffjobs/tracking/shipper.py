@@ -4,6 +4,7 @@ one line when delivery resumes."""
 
 from __future__ import annotations
 
+import random
 import sys
 import threading
 import time
@@ -12,7 +13,11 @@ from collections.abc import Callable
 
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
-"""Waits between delivery attempts while the server is down: doubling from 1 s to 30 s."""
+"""Waits between delivery attempts while the server is down: doubling from 1 s to 30 s, each
+drawn between half of that and all of it, so that the runs that lost one server do not all
+retry in the same second when it returns."""
+_JITTER = random.Random()
+"""Seeded from the OS, apart from the global generator (which training seeds alike everywhere)."""
 
 
 class TrackingWarning(UserWarning):
@@ -104,7 +109,7 @@ class Shipper:
                 )
             else:
                 self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
-            self.retry_at = time.time() + self._backoff
+            self.retry_at = time.time() + self._backoff * _JITTER.uniform(0.5, 1.0)
             return
         if self.outage_since is not None:
             down = time.time() - self.outage_since
