@@ -281,7 +281,7 @@ def supervise(
         result = backend.run_attempt(number, excluded)
         for earlier in result.requeued:  # SLURM requeued the job itself: attempts of their own
             lost = diagnose(earlier)
-            entry = _record(len(records) + 1, earlier, excluded, lost)
+            entry = attempt_record(len(records) + 1, earlier, lost, excluded)
             records.append(entry)
             record(entry)
             excluded += tuple(n for n in dict.fromkeys(lost.suspect_nodes) if n not in excluded)
@@ -291,13 +291,13 @@ def supervise(
             )
         head = f"attempt {len(records) + 1}/{policy.max_attempts}: {_where(result)}"
         if result.state is JobState.SUCCEEDED:
-            records.append(_record(len(records) + 1, result, excluded, None))
+            records.append(attempt_record(len(records) + 1, result, None, excluded))
             record(records[-1])
             echo(f"{head} succeeded{_steps(result)}")
             return outcome(True, None, f"succeeded after {len(records)} attempt(s)")
 
         failure = diagnose(result)
-        entry = _record(len(records) + 1, result, excluded, failure)
+        entry = attempt_record(len(records) + 1, result, failure, excluded)
         records.append(entry)
         head = f"{head} failed: {failure.summary}"
 
@@ -327,9 +327,10 @@ def supervise(
     return outcome(False, failure, f"attempt budget of {policy.max_attempts} spent: {spent}")
 
 
-def _record(
-    number: int, result: AttemptResult, excluded: tuple[str, ...], failure: Failure | None
+def attempt_record(
+    number: int, result: AttemptResult, failure: Failure | None, excluded: tuple[str, ...] = ()
 ) -> AttemptRecord:
+    """The record of attempt ``number``: what ``result`` reports, and why it failed."""
     first_step_s = (
         result.first_step_at - result.started_at if result.first_step_at is not None else None
     )

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from ffjobs.runs.run import Run
+from ffjobs.slurm.failures import Failure, FailureKind
 from ffjobs.slurm.jobstate import JobState
-from ffjobs.slurm.supervisor import AttemptRecord, AttemptResult, goodput, seconds_lost, steps_lost
+from ffjobs.slurm.supervisor import AttemptRecord, AttemptResult, attempt_record, goodput
 from ffjobs.tracking.mlflow_logger import RunLogger
 from ffjobs.tracking.spool import logged_steps
 
@@ -81,30 +82,13 @@ def local_attempt(
         job_id=None,
         nodes=(socket.gethostname().split(".")[0],),
         state=JobState.FAILED if failure else JobState.SUCCEEDED,
+        exit_code=1 if failure else 0,
         start_step=start_step,
         final_step=final_step,
         checkpoint_step=ref.step if ref else None,
         started_at=started_at,
         ended_at=time.time(),
     )
-    return AttemptRecord(
-        number=len(read_attempts(run)) + 1,
-        job_id=None,
-        nodes=result.nodes,
-        excluded=(),
-        state=result.state,
-        exit_code=1 if failure else 0,
-        kind=None,
-        retryable=failure is not None,
-        summary=failure or f"succeeded: steps {start_step} -> {final_step}",
-        evidence=(),
-        suspect_nodes=(),
-        start_step=start_step,
-        final_step=final_step,
-        checkpoint_step=result.checkpoint_step,
-        steps_lost=steps_lost(result),
-        seconds_lost=seconds_lost(result),
-        started_at=result.started_at,
-        ended_at=result.ended_at,
-        first_step_s=None,
-    )
+    # a local launch's failure is not classified: ``ffjobs run --resume`` or Airflow retries it
+    why = Failure(FailureKind.UNKNOWN, retryable=True, summary=failure) if failure else None
+    return attempt_record(len(read_attempts(run)) + 1, result, why)

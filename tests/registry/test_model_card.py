@@ -40,7 +40,7 @@ def test_card_has_slurm_attempts_and_champion_deltas(tmp_path):
     run.record_outcome(StageOutcome("preflight", "passed", 1.0, "PASS on 16 ranks (nccl)"))
     run.record_outcome(StageOutcome("train", "passed", 9.0, "steps -> 400 on SLURM"))
     attempts = [_attempt(1, "812", "failed: communicator failure", 0, 150, 100, 200.0, 10.0)]
-    attempts.append(_attempt(2, "813", "succeeded: steps 150 -> 400", 150, 400, 0, 0.0, 150.0))
+    attempts.append(_attempt(2, "813", "succeeded (steps 150 -> 400)", 150, 400, 0, 0.0, 150.0))
     (run.stage_dir("train") / "attempts.jsonl").write_text(
         "".join(json.dumps(a.to_dict(), default=str) + "\n" for a in attempts)
     )

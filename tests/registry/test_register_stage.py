@@ -47,7 +47,7 @@ def test_registered_version_is_the_challenger_with_card_and_tags(trained, monkey
     assert "1 node(s) x 1 rank(s), CPU" in card
     assert "- Preflight: skipped: preflight.enabled is false" in card
     assert f"- Training: passed: steps 0 -> {TRAIN_STEPS} on 1 ranks" in card
-    assert "- Attempts: 1, goodput " in card and f"succeeded: steps 0 -> {TRAIN_STEPS}" in card
+    assert "- Attempts: 1, goodput " in card and f"succeeded (steps 0 -> {TRAIN_STEPS})" in card
     assert "| identity_top1 | 0.5 | - | - |" in card
     assert "| fid | skipped: set evaluate.fid_weights" in card
     assert "Gate: **passed**\n- identity_top1 0.50 >= 0.30 (threshold)" in card

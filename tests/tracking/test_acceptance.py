@@ -190,7 +190,7 @@ def test_a_retried_attempt_is_one_run_with_both_attempts_and_no_step_twice(tmp_p
     assert [step for step, _ in history] == list(range(1, 9))  # none lost, none twice
     tags = client.get_run(run.mlflow_run_id).data.tags
     assert "rank 0 ended with exit status 1" in tags["ffjobs.attempt.1"]
-    assert "succeeded: steps 4 -> 8" in tags["ffjobs.attempt.2"]
+    assert "succeeded (steps 4 -> 8)" in tags["ffjobs.attempt.2"]
     lost = _history(client, run.mlflow_run_id, "attempt_steps_lost")
     assert lost == [(1, 2.0), (2, 0.0)]  # steps 5 and 6 were redone
     goodput = _history(client, run.mlflow_run_id, "goodput")
