@@ -18,10 +18,13 @@ from ffjobs.models.identity import build_identity_encoder
 from ffjobs.models.swap import FaceSwap, face_swap_from_checkpoint
 from ffjobs.train.trainer import seed_everything
 
-from .conftest import ffjobs
+from .conftest import STEPS, ffjobs
 
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.slow  # the shared trained model: about a minute on 2 cores
+
+RETRIEVAL_MARGIN = 2
+"""Held-out swaps the trained model must get right beyond the untrained one's (see below)."""
 
 
 def untrained_model(config) -> FaceSwap:
@@ -38,7 +41,7 @@ def test_the_run_evaluated_its_checkpoint_and_the_gate_passed(trained):
     evaluation = stages["evaluate"]
     assert evaluation["status"] == "passed", evaluation["summary"]
     facts = evaluation["facts"]
-    assert facts["step"] == 150
+    assert facts["step"] == STEPS
     assert facts["eval_set"] == {"identities": 4, "images": 24, "pairs": 24}
     assert set(facts["metrics"]) == {"identity_top1", "identity_cosine", "psnr", "ssim"}
     assert set(facts["skipped"]) == {"pose_error", "fid"}
@@ -62,15 +65,20 @@ def test_a_trained_model_beats_an_untrained_one_and_evaluation_is_deterministic(
     model, step = face_swap_from_checkpoint(
         config, str(trained.root / "runs/checkpoints" / trained.run_key)
     )
-    assert step == 150
+    assert step == STEPS
     ours = measure(model, evalset, encoder, Extractors(), batch_size=16, device=CPU).metrics
     before = measure(
         untrained_model(config), evalset, encoder, Extractors(), batch_size=16, device=CPU
     ).metrics
-    # retrieval top-1 is not compared: an untrained generator draws nearly one face for every
-    # pair, which lands on one identity and scores about 1 / identities (6 of 24 here), while
-    # this short training's fused faces keep mostly their target's identity (2 of 24 right,
-    # 17 retrieved as the target); the cosine to the source does rise
+    # retrieval: the untrained generator draws nearly one face for every pair, which lands on
+    # one identity and is right for the pairs whose source that is (5 of 24 here, about
+    # 1 / identities). Training diverges with the CPU's rounding, so each platform draws its own
+    # trajectory: 14 trainings of this fixture (train.seed 0-8 on a GPU, 0-4 on this kind of
+    # CPU) got 3 to 8 more of the 24 right than the untrained model (mean 6); two more queries
+    # leave room for a platform one query below the worst seen
+    pairs = evalset.size()["pairs"]
+    right, right_before = (round(metrics["identity_top1"] * pairs) for metrics in (ours, before))
+    assert right >= right_before + RETRIEVAL_MARGIN, (ours, before)
     assert ours["identity_cosine"] > before["identity_cosine"], (ours, before)
     assert ours["psnr"] > before["psnr"] and ours["ssim"] > before["ssim"], (ours, before)
     # the same model on a freshly built set of the same config: the very same numbers (fixed
