@@ -95,11 +95,9 @@ def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int
 
     ckpt, step = trainer.checkpointer, trainer.step
     step_time = trainer.meter.window().step_time_s
-    trainer.checkpointer.save(trainer.step, trainer.state_dict(), trainer.rank_state())
+    ckpt.save(trainer.step, trainer.state_dict(), trainer.rank_state())
     sync = ckpt.timings[-1] if ckpt.timings else None
-    trainer.checkpointer.save(
-        trainer.step, trainer.state_dict(), trainer.rank_state(), asynchronous=True
-    )
+    ckpt.save(trainer.step, trainer.state_dict(), trainer.rank_state(), asynchronous=True)
     first_background = ckpt.timings[-1] if ckpt.timings else None
     ckpt.wait()
     # enough steps to cover the whole write, the same number on every rank: the writer does the
@@ -108,9 +106,7 @@ def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int
     beside = max(steps_during_write, math.ceil((estimate or 0.0) / step_time) + 1)
     rounds, outlasted = [], False
     for _ in range(CHECKPOINT_ROUNDS):
-        trainer.checkpointer.save(
-            trainer.step, trainer.state_dict(), trainer.rank_state(), asynchronous=True
-        )
+        ckpt.save(trainer.step, trainer.state_dict(), trainer.rank_state(), asynchronous=True)
         background = ckpt.timings[-1] if ckpt.timings else None
         list(trainer.run_steps(beside))
         during = trainer.meter.window().step_time_s

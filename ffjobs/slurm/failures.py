@@ -281,8 +281,9 @@ def classify_failure(
 
     ``lost_nodes`` are nodes of the job that the controller stopped reaching (``sinfo``: down or
     not responding; or still not done with a job cancelled after its ranks failed). Only the
-    controller knows that: a cut link looks the same from both ends in the ranks' logs. On a retryable failure they become the first suspects, with that as
-    evidence; a fatal failure stays fatal whatever the nodes did.
+    controller knows that: a cut link looks the same from both ends in the ranks' logs. On a
+    retryable failure they become the first suspects, with that as evidence; a fatal failure
+    stays fatal whatever the nodes did.
     """
     failure = _classify(state, exit_code, ranks, retry_oom=retry_oom)
     lost = [n for n in dict.fromkeys(lost_nodes) if n not in failure.suspect_nodes]

@@ -30,7 +30,7 @@ class GatedStore(LocalStore):
         super().__init__(directory)
         self.gate = Path(gate)
 
-    def write(self, name: str, data: bytes) -> None:
+    def write(self, name: str, data: bytes | memoryview) -> None:
         if name.endswith(".pt") and name != data_name(1):
             wait_for(self.gate)
         super().write(name, data)
@@ -44,7 +44,7 @@ class HalfWritingStore(LocalStore):
         super().__init__(directory)
         self.marker = Path(marker)
 
-    def write(self, name: str, data: bytes) -> None:
+    def write(self, name: str, data: bytes | memoryview) -> None:
         if name != data_name(2):
             return super().write(name, data)
         self.directory.mkdir(parents=True, exist_ok=True)
