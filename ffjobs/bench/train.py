@@ -235,6 +235,7 @@ def bench_rank(
         precision=tc.precision,
         channels_last=tc.channels_last,
         compile=tc.compile,
+        compile_mode=trainer.compile_mode,
         fused_adam=tc.fused_adam,
         flops_per_image=trainer.flops_per_image,
         configured_peak_flops=tc.peak_flops,

@@ -92,6 +92,10 @@ class TrainConfig:
     channels_last: bool = False
     compile: bool = False
     """Wrap generator and discriminator in ``torch.compile``."""
+    compile_mode: Literal["default", "reduce-overhead"] = "default"
+    """With ``compile``: ``torch.compile``'s mode. ``reduce-overhead`` replays each compiled
+    region's kernels as a CUDA graph (one launch instead of hundreds from Python; each step
+    starts a new graph generation); it needs the static shapes the trainer has."""
     compile_cache: bool = True
     """With ``compile``: keep the compiler's caches as a blob beside the checkpoints
     (``compile-cache.bin``), so a restarted job of the run compiles warm."""

@@ -33,9 +33,10 @@ def wrap(
     world_size: int,
     bucket_cap_mb: float,
     comm_hook: Callable,
-    compile: bool,
+    compile_mode: str | None,
 ) -> nn.Module:
-    """``module`` in DDP (more than one rank) with ``comm_hook``, then compiled if asked.
+    """``module`` in DDP (more than one rank) with ``comm_hook``, then compiled in
+    ``compile_mode`` (``torch.compile``'s mode; ``None``: eager).
 
     One rank gets no DDP at all: there is nothing to all-reduce.
     """
@@ -50,9 +51,12 @@ def wrap(
         )
         ddp.register_comm_hook(None, comm_hook)
         wrapped = ddp
-    if compile:
-        wrapped = torch.compile(wrapped)
-    return wrapped
+    return compiled(wrapped, compile_mode)
+
+
+def compiled(module: nn.Module, mode: str | None) -> nn.Module:
+    """``torch.compile(module, mode=mode)``, or ``module`` itself when ``mode`` is ``None``."""
+    return module if mode is None else torch.compile(module, mode=mode)
 
 
 def no_sync(*wrapped: nn.Module) -> contextlib.AbstractContextManager:

@@ -70,10 +70,6 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-def _compiled(module: nn.Module, compile: bool) -> nn.Module:
-    return torch.compile(module) if compile else module
-
-
 class Trainer:
     """Owns the networks, data stream and checkpointer of one rank."""
 
@@ -113,6 +109,7 @@ class Trainer:
         )
         # drills record having fired next to the checkpoints, so a restarted job is not hit again
         self.faults = FaultInjector(tc.faults, env.rank, self.checkpointer.store)
+        self.compile_mode = tc.compile_mode if tc.compile else None
         self.compile_cache = compile_cache.CacheReport()
         if tc.compile and tc.compile_cache:
             compile_cache.load(self.checkpointer.store, self.compile_cache)
@@ -124,8 +121,8 @@ class Trainer:
         # the frozen encoder and D's pass for G's loss run outside DDP: compiled on their own
         # (eager, their normalisation and activation kernels ran one pass each, launched one
         # by one from the host)
-        self.identity = _compiled(self.identity_encoder, tc.compile)
-        self.frozen_discriminator = _compiled(discriminator, tc.compile)
+        self.identity = ddp.compiled(self.identity_encoder, self.compile_mode)
+        self.frozen_discriminator = ddp.compiled(discriminator, self.compile_mode)
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(tc.precision)
 
         # a step's micro-batches are copied to the device while the step before computes
@@ -170,7 +167,7 @@ class Trainer:
             world_size=self.world_size,
             bucket_cap_mb=self.tc.bucket_cap_mb,
             comm_hook=self.faults.wrap_comm_hook(self.comm.hook),
-            compile=self.tc.compile,
+            compile_mode=self.compile_mode,
         )
         return build_network(name, module, wrapped, lr, self.tc, self.device)
 
@@ -179,6 +176,8 @@ class Trainer:
     def train_step(self, micro_batches: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """One optimizer step of G and D over ``micro_batches``; returns detached mean losses."""
         accum = len(micro_batches)
+        if self.compile_mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()  # last step's graph outputs are dead
         for net in self.networks:
             net.zero_grad()
         totals = {name: torch.zeros((), device=self.device) for name in LOSS_NAMES}

@@ -51,7 +51,7 @@ def test_one_rank_is_not_wrapped():
     module = nn.Linear(3, 2)
     hook = CountingHook()
     wrapped = ddp.wrap(
-        module, CPU, world_size=1, bucket_cap_mb=25, comm_hook=hook.hook, compile=False
+        module, CPU, world_size=1, bucket_cap_mb=25, comm_hook=hook.hook, compile_mode=None
     )
     assert wrapped is module
     with ddp.no_sync(wrapped):  # nothing to turn off, and no error
@@ -62,7 +62,7 @@ def test_one_rank_is_not_wrapped():
 def test_no_sync_skips_the_all_reduce_and_nests(one_rank_group):
     hook = CountingHook()
     wrapped = ddp.wrap(
-        nn.Linear(3, 2), CPU, world_size=2, bucket_cap_mb=25, comm_hook=hook.hook, compile=False
+        nn.Linear(3, 2), CPU, world_size=2, bucket_cap_mb=25, comm_hook=hook.hook, compile_mode=None
     )
     assert isinstance(wrapped, DDP)
     _backward(wrapped)
@@ -79,7 +79,12 @@ def test_no_sync_skips_the_all_reduce_and_nests(one_rank_group):
 def test_no_sync_reaches_through_the_compile_wrapper(one_rank_group):
     hook = CountingHook()
     wrapped = ddp.wrap(
-        nn.Linear(3, 2), CPU, world_size=2, bucket_cap_mb=25, comm_hook=hook.hook, compile=True
+        nn.Linear(3, 2),
+        CPU,
+        world_size=2,
+        bucket_cap_mb=25,
+        comm_hook=hook.hook,
+        compile_mode="default",
     )
     inner = wrapped._orig_mod
     assert isinstance(inner, DDP)
