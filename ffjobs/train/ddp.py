@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from ffjobs.train.compile_cache import compiled
+
 
 def no_buffer_sync_per_forward() -> dict[str, bool]:
     """DDP keyword that turns off the buffer broadcast before every forward.
@@ -51,7 +53,7 @@ def wrap(
         ddp.register_comm_hook(None, comm_hook)
         wrapped = ddp
     if compile:
-        wrapped = torch.compile(wrapped)
+        wrapped = compiled(wrapped)
     return wrapped
 
 
