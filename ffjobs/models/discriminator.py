@@ -60,10 +60,7 @@ class PatchDiscriminator(nn.Module):
         for block in self.blocks:
             h = block(h)
             features.append(h)
-        # ``_make``, not the constructor: Dynamo inlines a NamedTuple's generated ``__new__``
-        # and guards on its closure under a name made of an object's address, so a compiled
-        # entry cached for a restarted job (ffjobs.train.compile_cache) would never match there
-        return DiscriminatorOutput._make((self.head(h), features))
+        return DiscriminatorOutput(self.head(h), features)
 
 
 class MultiScaleDiscriminator(nn.Module):

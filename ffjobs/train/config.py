@@ -98,8 +98,7 @@ class TrainConfig:
     starts a new graph generation); it needs the static shapes the trainer has."""
     compile_cache: bool = True
     """With ``compile``: keep the compiler's caches as a blob beside the checkpoints
-    (``compile-cache.bin``), so a restarted job of the run compiles warm; on one rank (and a
-    torch that can) the blob holds Dynamo's traced entries too, so it does not trace again."""
+    (``compile-cache.bin``), so a restarted job of the run compiles warm."""
     fused_adam: bool = True
     """Use the fused Adam kernel on CUDA (ignored on CPU)."""
     bucket_cap_mb: float = field(default=25.0, metadata={"gt": 0.0})

@@ -14,8 +14,6 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ffjobs.train.compile_cache import compiled
-
 
 def no_buffer_sync_per_forward() -> dict[str, bool]:
     """DDP keyword that turns off the buffer broadcast before every forward.
@@ -54,6 +52,11 @@ def wrap(
         ddp.register_comm_hook(None, comm_hook)
         wrapped = ddp
     return compiled(wrapped, compile_mode)
+
+
+def compiled(module: nn.Module, mode: str | None) -> nn.Module:
+    """``torch.compile(module, mode=mode)``, or ``module`` itself when ``mode`` is ``None``."""
+    return module if mode is None else torch.compile(module, mode=mode)
 
 
 def no_sync(*wrapped: nn.Module) -> contextlib.AbstractContextManager:

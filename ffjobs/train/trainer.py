@@ -4,16 +4,12 @@ One optimizer step (``train_step``), per micro-batch of each rank:
 
 1. source identity embedding (frozen encoder, no grad);
 2. ``fused = G(target, embedding)``;
-3. discriminator loss on real targets and detached fused images; D's plain module, outside
-   DDP and with its weights frozen, on the fused images for G's loss (so D's DDP does not see
-   a second backward); backward into D;
-4. generator loss through that frozen pass of D, backward into G;
+3. discriminator loss on real targets and detached fused images, backward into D;
+4. generator loss through D's plain module, outside DDP (its weights frozen for this pass, so
+   D's DDP does not see a second backward), backward into G;
 
-with ``train.compile`` the frozen identity encoder and that frozen pass of D are compiled too,
-each on its own. The frozen pass runs before D's backward: while D's weights hold no gradient
-yet, which is what lets Dynamo's cached entries of it load again
-(:mod:`ffjobs.train.compile_cache`; torch pickles a guarded weight's ``.grad`` as a
-placeholder that then does not unpickle).
+with ``train.compile`` the frozen identity encoder and that plain-module pass of D are
+compiled too, each on its own.
 
 then both networks step (a simultaneous update: both losses see the same D weights, which
 keeps one step on a global batch equal to gradient accumulation or more ranks). All but the
@@ -74,15 +70,6 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-def _through_frozen(module: nn.Module, images: torch.Tensor) -> Any:
-    """``module(images)``, for weights the caller has frozen.
-
-    A function of its own, not a second ``torch.compile(module)``: Dynamo's cached entries are
-    keyed by the compiled function's name, and both compiles of D would be ``D.forward``.
-    """
-    return module(images)
-
-
 class Trainer:
     """Owns the networks, data stream and checkpointer of one rank."""
 
@@ -125,7 +112,6 @@ class Trainer:
         self.compile_mode = tc.compile_mode if tc.compile else None
         self.compile_cache = compile_cache.CacheReport()
         if tc.compile and tc.compile_cache:
-            compile_cache.use_precompile(env.world_size)
             compile_cache.load(self.checkpointer.store, self.compile_cache)
         self.first_step_s: float | None = None
         self.comm = CommTimer(device)
@@ -135,8 +121,8 @@ class Trainer:
         # the frozen encoder and D's pass for G's loss run outside DDP: compiled on their own
         # (eager, their normalisation and activation kernels ran one pass each, launched one
         # by one from the host)
-        self.identity = compile_cache.compiled(self.identity_encoder, self.compile_mode)
-        self.through_frozen = compile_cache.compiled(_through_frozen, self.compile_mode)
+        self.identity = ddp.compiled(self.identity_encoder, self.compile_mode)
+        self.frozen_discriminator = ddp.compiled(discriminator, self.compile_mode)
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(tc.precision)
 
         # a step's micro-batches are copied to the device while the step before computes
@@ -227,13 +213,10 @@ class Trainer:
                 d_losses = discriminator_loss(
                     disc_real=disc_real, disc_fused=d.wrapped(fused.detach())
                 )
-            d.module.requires_grad_(False)  # G's loss flows through D, not into it
-            with record_function("ffjobs.frozen_discriminator_forward"):
-                disc_fused = self.through_frozen(d.module, fused)
-            d.module.requires_grad_(True)
         with self.comm.backward(), record_function("ffjobs.discriminator_backward"):
             d.backward(d_losses["total"] / accum)
 
+        d.module.requires_grad_(False)  # G's loss flows through D, not into it
         with self._autocast(), record_function("ffjobs.generator_loss_forward"):
             g_losses = generator_loss(
                 fused=fused,
@@ -241,12 +224,13 @@ class Trainer:
                 same_identity=same_identity,
                 source_embedding=source_embedding,
                 fused_embedding=self.identity(fused),
-                disc_fused=disc_fused,
+                disc_fused=self.frozen_discriminator(fused),
                 disc_real=disc_real,
                 weights=self.config.model.losses,
             )
         with self.comm.backward(), record_function("ffjobs.generator_backward"):
             g.backward(g_losses["total"] / accum)
+        d.module.requires_grad_(True)
         return {**g_losses, **d_losses}
 
     def _no_sync(self) -> contextlib.AbstractContextManager:
