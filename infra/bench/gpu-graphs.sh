@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# CUDA graphs (train.compile_mode=reduce-overhead) on one GPU: do its warm starts work? One call
+# (about 5 minutes):
+#   test         tests/train/test_cuda_graphs.py (graph replay trains as the compiled step)
+#   cold-data    cold, --data dataset (real JPEG input), folder D gets the compile-cache blob
+#   warm-memory  warm from D's blob, --data memory
+#   warm-data    warm from D's blob, --data dataset
+# Every launch's stderr is kept; everything comes back as one archive, OUTDIR/graphs.tgz.
+#   usage: infra/bench/gpu-graphs.sh OUTDIR
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:?usage: gpu-graphs.sh OUTDIR}
+work=$(mktemp -d)
+results="$work/graphs"
+mkdir -p "$out" "$results"
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+. infra/bench/machine.sh
+machine_facts "$results/machine.txt"
+
+# the synthetic JPEG set, generated once before any timed launch
+PYTHONPATH=$PWD timeout 200 python -c "
+from ffjobs.config import load_config, resolve_preset
+from ffjobs.models.prepare import ensure_demo_inputs
+ensure_demo_inputs(load_config(resolve_preset('train-256')))" >"$results/dataset.log" 2>&1
+timeout 120 python -m pytest -q -p no:cacheprovider tests/train/test_cuda_graphs.py \
+  >"$results/test.txt" 2>&1
+
+variant() {  # variant NAME SECONDS [bench train arguments ...]
+  local name=$1 limit=$2; shift 2
+  local started=$SECONDS
+  PYTHONPATH=$PWD timeout "$limit" python -m ffjobs.cli bench train --config train-256 --json \
+    --warmup 15 --steps 40 --set train.compile_mode=reduce-overhead "$@" \
+    >"$results/$name.json" 2>"$results/$name.log"
+  echo "$name: exit $? in $((SECONDS - started)) s" | tee -a "$results/times.txt"
+}
+
+variant cold-data 200 --data dataset --no-peak --no-checkpoint --checkpoint-dir "$work/run-a"
+variant warm-memory 90 --data memory --no-peak --no-checkpoint --checkpoint-dir "$work/run-a"
+variant warm-data 90 --data dataset --no-peak --no-checkpoint --checkpoint-dir "$work/run-a"
+tar czf "$out/graphs.tgz" -C "$work" graphs
+tail -3 "$results/test.txt"
+for name in cold-data warm-memory warm-data; do
+  python -c "import json, sys; print(sys.argv[1], json.load(open(sys.argv[2])).get('summary'))" \
+    "$name" "$results/$name.json" 2>/dev/null || { echo "$name: no result"; tail -5 "$results/$name.log"; }
+done
