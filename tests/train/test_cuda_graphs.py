@@ -42,9 +42,9 @@ def _train(tmp_path, mode: str) -> tuple[list[dict[str, float]], dict[str, torch
     device = torch.device("cuda", 0)
     dataset = RandomPairs(64, config.model.resolution, seed=0)
     trainer = Trainer(config, ENV, device, dataset)
-    losses = []
+    losses, tc = [], config.train
     for step in range(STEPS):
-        batches = rank_micro_batches(dataset, step, ENV, 4, 1)
+        batches = rank_micro_batches(dataset, step, ENV, tc.batch_size, tc.grad_accum)
         losses.append({k: float(v) for k, v in trainer.train_step(batches).items()})
     weights = {k: v.detach().clone() for k, v in trainer.g_module.state_dict().items()}
     return losses, weights
