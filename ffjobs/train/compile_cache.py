@@ -7,6 +7,12 @@ checkpoints, so it works for a shared directory and for ``s3://`` alike. A later
 same run loads the blob on every rank before its first step (``load_cache_artifacts`` fills the
 local caches), and compiling becomes cache lookups. A blob that does not load (another torch,
 another GPU) is ignored with a warning: the job then compiles cold, as without it.
+
+A blob that loads but whose job then dies before its first step must not take every restart
+down the same way: each rank leaves a marker (``compile-cache.rank<N>.starting``) before it
+loads the blob and removes it once its first step is done. A rank that finds its own marker
+from an earlier start compiles cold instead, with a warning, and rank 0 then writes a new
+blob. A job killed during start-up for another reason costs its restart one cold compile.
 """
 
 from __future__ import annotations
@@ -27,18 +33,38 @@ class CacheReport:
     loaded_bytes: int = 0
     saved_entries: int = 0
     saved_bytes: int = 0
+    marker: str | None = None
+    """The start-up marker this rank left in the store (until its first step)."""
 
 
 def _entries(info: object) -> int:
     return sum(len(keys) for keys in getattr(info, "artifacts", {}).values())
 
 
-def load(store: CheckpointStore, report: CacheReport) -> None:
+def starting_marker(rank: int) -> str:
+    """The marker rank ``rank`` keeps in the store from loading the blob to its first step."""
+    return f"compile-cache.rank{rank}.starting"
+
+
+def load(store: CheckpointStore, report: CacheReport, rank: int = 0) -> None:
     """Fill this process's compiler caches from the store's blob, if it has one."""
     import torch
 
-    if BLOB not in store.list():
+    names = store.list()
+    if BLOB not in names:
         return
+    marker = starting_marker(rank)
+    if marker in names:
+        store.delete(marker)
+        warnings.warn(
+            f"compile cache {store.describe(BLOB)} not loaded: the last start of rank {rank} "
+            "that loaded it did not reach its first step; compiling cold, and the blob is "
+            "written anew after the first step",
+            stacklevel=2,
+        )
+        return
+    store.write(marker, b"")
+    report.marker = marker
     try:
         data = store.read(BLOB)
         info = torch.compiler.load_cache_artifacts(data)
@@ -47,6 +73,13 @@ def load(store: CheckpointStore, report: CacheReport) -> None:
         return
     report.loaded_bytes = len(data)
     report.loaded_entries = _entries(info)
+
+
+def first_step_done(store: CheckpointStore, report: CacheReport) -> None:
+    """The blob this rank loaded got it to a first step: its start-up marker goes."""
+    if report.marker is not None:
+        store.delete(report.marker)
+        report.marker = None
 
 
 def save(store: CheckpointStore, report: CacheReport) -> None:

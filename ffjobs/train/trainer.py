@@ -112,7 +112,7 @@ class Trainer:
         self.compile_mode = tc.compile_mode if tc.compile else None
         self.compile_cache = compile_cache.CacheReport()
         if tc.compile and tc.compile_cache:
-            compile_cache.load(self.checkpointer.store, self.compile_cache)
+            compile_cache.load(self.checkpointer.store, self.compile_cache, env.rank)
         self.first_step_s: float | None = None
         self.comm = CommTimer(device)
         self.generator = self._network("generator", generator, tc.lr)
@@ -366,6 +366,7 @@ class Trainer:
         """Report time to the first step (compilation included); publish the compile cache."""
         synchronize(self.device)
         self.first_step_s = time.perf_counter() - self.created
+        compile_cache.first_step_done(self.checkpointer.store, self.compile_cache)
         if self.env.rank == 0:
             if self.tc.compile and self.tc.compile_cache:
                 with self.meter.excluded():

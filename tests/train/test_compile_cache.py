@@ -68,3 +68,51 @@ def test_a_restarted_compiled_run_loads_the_cache_from_its_checkpoint_dir(tmp_pa
     # every graph the first run compiled comes out of the cache it left
     assert second["fxgraph_cache_hit"] >= first["fxgraph_cache_miss"]
     assert second["fxgraph_cache_miss"] == 0
+
+
+def _store_with_blob(tmp_path):
+    import torch
+
+    from ffjobs.train.storage import LocalStore
+
+    store = LocalStore(tmp_path / "run")
+    torch.compile(lambda x: x * 2 + 1)(torch.ones(3))  # one cache entry to carry
+    data, _ = torch.compiler.save_cache_artifacts()
+    store.write(BLOB, data)
+    return store
+
+
+def test_a_start_that_never_reached_its_first_step_makes_the_next_one_compile_cold(tmp_path):
+    from ffjobs.train import compile_cache
+
+    store = _store_with_blob(tmp_path)
+    first = compile_cache.CacheReport()
+    compile_cache.load(store, first, rank=1)  # loads, then dies before its first step
+    assert first.loaded_entries > 0
+    assert compile_cache.starting_marker(1) in store.list()
+
+    restart = compile_cache.CacheReport()
+    with pytest.warns(UserWarning, match="did not reach its first step"):
+        compile_cache.load(store, restart, rank=1)
+    assert restart.loaded_entries == 0  # cold: a blob that kills starts cannot kill them all
+    assert compile_cache.starting_marker(1) not in store.list()
+    assert BLOB in store.list()  # rank 0 replaces it after its first step; nothing else goes
+
+    third = compile_cache.CacheReport()
+    compile_cache.load(store, third, rank=1)  # the start after that tries the blob again
+    assert third.loaded_entries > 0
+
+
+def test_the_marker_goes_at_the_first_step_and_other_ranks_have_their_own(tmp_path):
+    from ffjobs.train import compile_cache
+
+    store = _store_with_blob(tmp_path)
+    rank0, rank1 = compile_cache.CacheReport(), compile_cache.CacheReport()
+    compile_cache.load(store, rank0, rank=0)
+    compile_cache.load(store, rank1, rank=1)
+    compile_cache.first_step_done(store, rank0)
+    assert store.list() == sorted([BLOB, compile_cache.starting_marker(1)])
+
+    again = compile_cache.CacheReport()
+    compile_cache.load(store, again, rank=0)  # rank 0's last start got through: warm
+    assert again.loaded_entries > 0
