@@ -95,8 +95,8 @@ class TrainConfig:
     compile_mode: Literal["default", "reduce-overhead"] = "default"
     """With ``compile``: ``torch.compile``'s mode. ``reduce-overhead`` replays each compiled
     region's kernels as a CUDA graph (one launch instead of hundreds from Python; each step
-    starts a new graph generation). Faster on one H200, but not yet for jobs that restart: its
-    launches warm from the compile cache failed on torch 2.11 (docs/benchmarks.md)."""
+    starts a new graph generation); it needs the static shapes the trainer has. The GPU
+    preset's mode (docs/benchmarks.md)."""
     compile_cache: bool = True
     """With ``compile``: keep the compiler's caches as a blob beside the checkpoints
     (``compile-cache.bin``), so a restarted job of the run compiles warm."""
