@@ -19,8 +19,9 @@ One call runs a short training (warm-up steps, then timed steps) on N local rank
   unfused Adam, synchronous checkpoints) in the same call, under ``baseline``, and a last line
   of ratios.
 
-Each launch gets an empty local compiler cache, so a compiled run is warm only through the
-compile cache in its ``--checkpoint-dir`` (what a restarted job on a fresh node finds).
+Each launch gets an empty local compiler cache (at one path for every launch on the same
+``--checkpoint-dir``), so a compiled run is warm only through the compile cache in its
+``--checkpoint-dir`` (what a restarted job on a fresh node finds).
 
 Data: ``memory`` (default) feeds random tensors so image decoding is excluded; ``dataset``
 reads the configured (synthetic) dataset through the real loader.
@@ -31,9 +32,11 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import hashlib
 import math
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -334,7 +337,7 @@ def _bench_train(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="ffjobs-bench-") as scratch:
         config.train.checkpoint_dir = args.checkpoint_dir or str(Path(scratch) / "checkpoints")
         try:
-            report = _launch(config, args, bench, Path(scratch) / "compiler-cache")
+            report = _launch(config, args, bench, run_compiler_cache(config.train.checkpoint_dir))
             if args.baseline == "plain":
                 plain = plain_path(config, str(Path(scratch) / "plain-checkpoints"))
                 plain_bench = dict(bench)
@@ -368,16 +371,33 @@ def _bench_train(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def run_compiler_cache(checkpoint_dir: str) -> Path:
+    """The local compiler-cache folder of every launch on ``checkpoint_dir``: one path per run.
+
+    One path, as a restarted job on another node finds with Inductor's default folder: the
+    compile-cache blob's kernels name their files in the folder they were compiled in, and a
+    warm launch in another folder would tune every kernel again (:mod:`ffjobs.train.compile_cache`).
+    """
+    location = checkpoint_dir if "://" in checkpoint_dir else str(Path(checkpoint_dir).resolve())
+    digest = hashlib.sha256(location.encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"ffjobs-bench-compiler-cache-{digest}"
+
+
 def _launch(config: Any, args: argparse.Namespace, bench: dict, compiler_cache: Path) -> dict:
-    """One benchmark launch, its compiler's local caches in ``compiler_cache`` (new, empty)."""
+    """One benchmark launch, its compiler's local caches in ``compiler_cache``, emptied first
+    and removed after: warm only through the compile cache in the checkpoint folder."""
     from ffjobs.train.launch import launch_local
 
-    # the ranks inherit these: warm only through the compile cache in the checkpoint folder
+    shutil.rmtree(compiler_cache, ignore_errors=True)
+    # the ranks inherit these
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compiler_cache / "inductor")
     os.environ["TRITON_CACHE_DIR"] = str(compiler_cache / "triton")
-    return launch_local(
-        config, args.nproc, mode="bench", data=args.data, bench=bench, quiet_stdout=True
-    )
+    try:
+        return launch_local(
+            config, args.nproc, mode="bench", data=args.data, bench=bench, quiet_stdout=True
+        )
+    finally:
+        shutil.rmtree(compiler_cache, ignore_errors=True)
 
 
 def plain_path(config: Any, checkpoint_dir: str) -> Any:

@@ -8,6 +8,15 @@ same run loads the blob on every rank before its first step (``load_cache_artifa
 local caches), and compiling becomes cache lookups. A blob that does not load (another torch,
 another GPU) is ignored with a warning: the job then compiles cold, as without it.
 
+The kernels in the blob name the files they were compiled into, in the local cache folder of
+the process that made it, and Inductor looks up each kernel's tuned launch configuration
+beside that file. A job whose local folder (``TORCHINDUCTOR_CACHE_DIR``, by default
+``<tmp>/torchinductor_<user>``: the same on nodes with the same temporary folder) is another
+path misses every lookup
+and benchmarks every kernel again (about 10 s on one H200 for the 256 px preset). The folder is
+recorded beside the blob (``compile-cache.json``), and a job that loads the blob into another
+folder says so in a warning.
+
 A blob that loads but whose job then dies before its first step must not take every restart
 down the same way: each rank leaves a marker (``compile-cache.rank<N>.starting``) before it
 loads the blob and removes it once its first step is done. A rank that finds its own marker
@@ -17,12 +26,15 @@ blob. A job killed during start-up for another reason costs its restart one cold
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass
 
 from ffjobs.train.storage import CheckpointStore
 
 BLOB = "compile-cache.bin"
+MADE_IN = "compile-cache.json"
+"""Beside the blob: the local compiler-cache folder of the process that made it."""
 
 
 @dataclass
@@ -73,6 +85,34 @@ def load(store: CheckpointStore, report: CacheReport, rank: int = 0) -> None:
         return
     report.loaded_bytes = len(data)
     report.loaded_entries = _entries(info)
+    _warn_if_another_folder(store)
+
+
+def local_cache_dir() -> str | None:
+    """This process's Inductor cache folder (``None`` where this torch does not say)."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+    except ImportError:
+        return None
+    return cache_dir()
+
+
+def _warn_if_another_folder(store: CheckpointStore) -> None:
+    if MADE_IN not in store.list():
+        return
+    try:
+        made_in = json.loads(store.read(MADE_IN))["inductor_cache_dir"]
+    except (ValueError, KeyError, TypeError):
+        return
+    here = local_cache_dir()
+    if here is not None and made_in is not None and here != made_in:
+        warnings.warn(
+            f"compile cache {store.describe(BLOB)} was made with the Inductor cache folder "
+            f"{made_in}; this job's is {here}, so every Triton kernel's launch configuration "
+            "is benchmarked again (seconds); set TORCHINDUCTOR_CACHE_DIR to one path for "
+            "every job of a run",
+            stacklevel=3,
+        )
 
 
 def first_step_done(store: CheckpointStore, report: CacheReport) -> None:
@@ -95,6 +135,7 @@ def save(store: CheckpointStore, report: CacheReport) -> None:
     if artifacts is None:
         return
     data, info = artifacts
+    store.write(MADE_IN, json.dumps({"inductor_cache_dir": local_cache_dir()}).encode())
     store.write(BLOB, data)
     report.saved_bytes = len(data)
     report.saved_entries = _entries(info)

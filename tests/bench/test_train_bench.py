@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ffjobs.bench.train import plain_path, ratio_summary
+from ffjobs.bench.train import plain_path, ratio_summary, run_compiler_cache
 from ffjobs.config import load_config
 
 
@@ -32,3 +32,12 @@ def test_ratio_summary_reports_ratio_mfu_data_wait_checkpoint_and_first_step():
         "checkpoint blocked 0.4%; first step 8.2 s (warm)"
     )
     assert ratio_summary({"images_per_s": 1.0}).startswith("ratio: MFU - of measured peak")
+
+
+def test_every_launch_on_one_checkpoint_folder_compiles_in_one_local_cache_path(tmp_path):
+    # the blob's kernels name their files in the folder they were compiled in: a warm launch
+    # elsewhere would tune every kernel again, which a restart with Inductor's default does not
+    run = tmp_path / "run"
+    assert run_compiler_cache(str(run)) == run_compiler_cache(str(tmp_path / "." / "run"))
+    assert run_compiler_cache(str(run)) != run_compiler_cache(str(tmp_path / "other"))
+    assert run_compiler_cache("s3://bucket/run") != run_compiler_cache("s3://bucket/other")

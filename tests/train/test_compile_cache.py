@@ -116,3 +116,27 @@ def test_the_marker_goes_at_the_first_step_and_other_ranks_have_their_own(tmp_pa
     again = compile_cache.CacheReport()
     compile_cache.load(store, again, rank=0)  # rank 0's last start got through: warm
     assert again.loaded_entries > 0
+
+
+def test_a_blob_loaded_into_another_local_cache_folder_says_its_kernels_are_tuned_again(
+    tmp_path, monkeypatch
+):
+    import warnings
+
+    import torch
+
+    from ffjobs.train import compile_cache
+    from ffjobs.train.storage import LocalStore
+
+    store = LocalStore(tmp_path / "run")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "node-a"))
+    torch.compile(lambda x: x * 3 - 1)(torch.ones(3))
+    compile_cache.save(store, compile_cache.CacheReport())
+    assert {BLOB, compile_cache.MADE_IN} <= set(store.list())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same folder: nothing to say
+        compile_cache.load(store, compile_cache.CacheReport())
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "node-b"))
+    with pytest.warns(UserWarning, match="benchmarked again.*TORCHINDUCTOR_CACHE_DIR"):
+        compile_cache.load(store, compile_cache.CacheReport(), rank=1)
