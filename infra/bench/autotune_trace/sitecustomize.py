@@ -48,3 +48,18 @@ if os.environ.get("AUTOTUNE_TRACE"):
                     out.write(json.dumps(record) + "\n")
 
         _th.CachingAutotuner.benchmark_all_configs = _traced
+
+# COMPILE_TIMES=PREFIX: each process writes torch._dynamo.utils.compile_times() (where its
+# compilation went, aggregated) to PREFIX.<pid> when it exits
+if os.environ.get("COMPILE_TIMES"):
+    import atexit
+
+    def _write_compile_times():
+        try:
+            import torch._dynamo.utils as dynamo_utils
+        except Exception:
+            return
+        with open(f"{os.environ['COMPILE_TIMES']}.{os.getpid()}", "w") as out:
+            out.write(dynamo_utils.compile_times(repr="str", aggregate=True))
+
+    atexit.register(_write_compile_times)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The preset's acceptance figures and its warm starts in one call (about 8 minutes), every
+# launch recording the Triton kernels it tunes (autotune_trace/) and where its compilation went:
+#   cold          --data dataset --baseline plain, checkpoint cost measured; folder D gets the blob
+#   warm-memory-1 warm from D's blob, --data memory: must tune no kernel (it tuned all 195
+#                 while each bench launch compiled in a folder of its own)
+#   warm-data     warm from D's blob, --data dataset
+#   warm-memory-2 as warm-memory-1
+# Everything comes back as one archive, OUTDIR/warm.tgz, renewed after each launch.
+#   usage: infra/bench/gpu-warm-tuning.sh OUTDIR
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:?usage: gpu-warm-tuning.sh OUTDIR}
+work=$(mktemp -d)
+results="$work/warm"
+mkdir -p "$out" "$results"
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+. infra/bench/machine.sh
+machine_facts "$results/machine.txt"
+
+# the synthetic JPEG set, generated once before any timed launch
+PYTHONPATH=$PWD timeout 200 python -c "
+from ffjobs.config import load_config, resolve_preset
+from ffjobs.models.prepare import ensure_demo_inputs
+ensure_demo_inputs(load_config(resolve_preset('train-256')))" >"$results/dataset.log" 2>&1
+
+launch() {  # launch NAME SECONDS [bench train arguments ...]
+  local name=$1 limit=$2; shift 2
+  local started=$SECONDS
+  AUTOTUNE_TRACE="$results/$name.autotune.jsonl" COMPILE_TIMES="$results/$name.compile-times" \
+    PYTHONPATH=$PWD/infra/bench/autotune_trace:$PWD timeout "$limit" \
+    python -m ffjobs.cli bench train --config train-256 --json --warmup 15 --steps 40 "$@" \
+    >"$results/$name.json" 2>"$results/$name.log"
+  echo "$name: exit $? in $((SECONDS - started)) s" | tee -a "$results/times.txt"
+  tar czf "$out/warm.tgz" -C "$work" warm
+}
+
+launch cold 330 --data dataset --baseline plain --checkpoint-dir "$work/D"
+launch warm-memory-1 75 --data memory --no-peak --no-checkpoint --checkpoint-dir "$work/D"
+launch warm-data 75 --data dataset --no-peak --no-checkpoint --checkpoint-dir "$work/D"
+launch warm-memory-2 75 --data memory --no-peak --no-checkpoint --checkpoint-dir "$work/D"
+python - "$results" <<'PY'
+import json, pathlib, sys
+results = pathlib.Path(sys.argv[1])
+for name in ("cold", "warm-memory-1", "warm-data", "warm-memory-2"):
+    try:
+        r = json.loads((results / f"{name}.json").read_text())
+    except Exception as exc:
+        print(name, "no result:", exc)
+        continue
+    trace = results / f"{name}.autotune.jsonl"
+    tuned = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
+    print(name, r["summary"], f"| {r['images_per_s']:.1f} img/s, trainer init "
+          f"{r['trainer_init_s']:.2f} s, {len(tuned)} kernels tuned "
+          f"({sum(t['seconds'] for t in tuned):.1f} s)")
+PY
