@@ -11,19 +11,10 @@
 #   usage: infra/bench/gpu-graphs.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${1:?usage: gpu-graphs.sh OUTDIR}
-work=$(mktemp -d)
-results="$work/graphs"
-mkdir -p "$out" "$results"
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 . infra/bench/machine.sh
-machine_facts "$results/machine.txt"
+bench_start graphs "${1:-}"
 
-# the synthetic JPEG set, generated once before any timed launch
-PYTHONPATH=$PWD timeout 200 python -c "
-from ffjobs.config import load_config, resolve_preset
-from ffjobs.models.prepare import ensure_demo_inputs
-ensure_demo_inputs(load_config(resolve_preset('train-256')))" >"$results/dataset.log" 2>&1
+jpeg_set "$results/dataset.log"
 timeout 120 python -m pytest -q -p no:cacheprovider tests/train/test_cuda_graphs.py \
   >"$results/test.txt" 2>&1
 

@@ -10,19 +10,10 @@
 #   usage: infra/bench/gpu-warm-tuning.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${1:?usage: gpu-warm-tuning.sh OUTDIR}
-work=$(mktemp -d)
-results="$work/warm"
-mkdir -p "$out" "$results"
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 . infra/bench/machine.sh
-machine_facts "$results/machine.txt"
+bench_start warm "${1:-}"
 
-# the synthetic JPEG set, generated once before any timed launch
-PYTHONPATH=$PWD timeout 200 python -c "
-from ffjobs.config import load_config, resolve_preset
-from ffjobs.models.prepare import ensure_demo_inputs
-ensure_demo_inputs(load_config(resolve_preset('train-256')))" >"$results/dataset.log" 2>&1
+jpeg_set "$results/dataset.log"
 
 launch() {  # launch NAME SECONDS [bench train arguments ...]
   local name=$1 limit=$2; shift 2
