@@ -12,10 +12,9 @@ The kernels in the blob name the files they were compiled into, in the local cac
 the process that made it, and Inductor looks up each kernel's tuned launch configuration
 beside that file. A job whose local folder (``TORCHINDUCTOR_CACHE_DIR``, by default
 ``<tmp>/torchinductor_<user>``: the same on nodes with the same temporary folder) is another
-path misses every lookup
-and benchmarks every kernel again (about 10 s on one H200 for the 256 px preset). The folder is
-recorded beside the blob (``compile-cache.json``), and a job that loads the blob into another
-folder says so in a warning.
+path misses every lookup and benchmarks every kernel again (about 10 s on one H200 for the
+256 px preset). The folder is recorded beside the blob (``compile-cache.json``), and a job
+that loads the blob into another folder says so in a warning.
 
 A blob that loads but whose job then dies before its first step must not take every restart
 down the same way: each rank leaves a marker (``compile-cache.rank<N>.starting``) before it
@@ -85,7 +84,7 @@ def load(store: CheckpointStore, report: CacheReport, rank: int = 0) -> None:
         return
     report.loaded_bytes = len(data)
     report.loaded_entries = _entries(info)
-    _warn_if_another_folder(store)
+    _warn_if_another_folder(store, names)
 
 
 def local_cache_dir() -> str | None:
@@ -97,8 +96,9 @@ def local_cache_dir() -> str | None:
     return cache_dir()
 
 
-def _warn_if_another_folder(store: CheckpointStore) -> None:
-    if MADE_IN not in store.list():
+def _warn_if_another_folder(store: CheckpointStore, names: list[str]) -> None:
+    """``names``: the store's listing, as ``load`` read it."""
+    if MADE_IN not in names:
         return
     try:
         made_in = json.loads(store.read(MADE_IN))["inductor_cache_dir"]
