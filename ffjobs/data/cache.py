@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -66,6 +67,25 @@ class FactsSnapshot:
         return {f.path: json.loads(self._rows[f.path][4]) for f in stats if self.fresh(f)}
 
 
+def _use_wal(connection: sqlite3.Connection, patience_s: float = 30.0) -> None:
+    """Put the database in WAL mode (kept in the file: once per new cache).
+
+    Switching modes takes the whole database, and sqlite answers "database is locked" at
+    once, without its busy timeout, while another process (a second rank starting on the
+    same new cache) holds it: so wait and try again, as the timeout would.
+    """
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class FactsCache:
     """Facts of one source's files; ``salt`` names the inspector version and limits they used."""
 
@@ -80,7 +100,7 @@ class FactsCache:
         directory = Path(cache_dir) if cache_dir else default_cache_dir()
         directory.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(directory / "validation.sqlite", timeout=30)
-        connection.execute("PRAGMA journal_mode=WAL")
+        _use_wal(connection)
         # WAL with NORMAL sync stays consistent after a crash and may only lose the last
         # commits: fine for a cache, and it spares an fsync per commit (tens of milliseconds
         # on virtual disks, more than the whole duplicate search).
