@@ -220,6 +220,7 @@ def bench_rank(
     cache = trainer.compile_cache
     report.update(
         first_step_s=trainer.first_step_s,
+        process_start_s=_process_start_s(trainer.created),
         trainer_init_s=trainer.init_s,
         compile_cache_loaded_entries=cache.loaded_entries,
         compile_cache_saved_entries=cache.saved_entries,
@@ -250,6 +251,20 @@ def bench_rank(
         else None,
     )
     return report
+
+
+def _process_start_s(trainer_created: float) -> float | None:
+    """Seconds from this process's start to the trainer's (interpreter, imports, CUDA and
+    process-group init, the data set): what ``first_step_s`` does not count. Linux only."""
+    import time
+
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    return age - (time.perf_counter() - trainer_created)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

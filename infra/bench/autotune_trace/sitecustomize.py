@@ -63,3 +63,52 @@ if os.environ.get("COMPILE_TIMES"):
             out.write(dynamo_utils.compile_times(repr="str", aggregate=True))
 
     atexit.register(_write_compile_times)
+
+# STACK_SAMPLES=PREFIX: a thread samples the main thread's Python stack every 5 ms during the
+# process's first STACK_SAMPLE_SECONDS (default 60) and writes PREFIX.<pid>.json when it exits:
+# {"stacks": [[frame, ...] root first], "samples": [[seconds since start, stack index], ...]}
+# (a wall-clock picture of a start-up; a sample late because another thread held the GIL shows
+# as a gap). The sampler must never keep a frame alive: a frame it holds keeps its locals'
+# tensors alive, and CUDA graph recording (train.compile_mode reduce-overhead) fails when a
+# tensor outlives the step it was freed in during recording ("observed an input tensor
+# deallocate"). Its first version kept the last frame across its sleep and did exactly that.
+if os.environ.get("STACK_SAMPLES"):
+    import atexit
+    import json
+    import sys
+    import threading
+    import time
+
+    _started = time.perf_counter()
+    _main = threading.main_thread().ident
+    _stacks: dict = {}
+    _samples: list = []
+    _limit = float(os.environ.get("STACK_SAMPLE_SECONDS", "60"))
+    _stop = threading.Event()
+
+    def _main_stack():
+        frame = sys._current_frames().get(_main)
+        names = []
+        while frame is not None:
+            code = frame.f_code
+            names.append(f"{os.path.basename(code.co_filename)}:{code.co_name}:{frame.f_lineno}")
+            frame = frame.f_back
+        return tuple(reversed(names))  # no frame is referenced once this returns
+
+    def _sample():
+        while not _stop.is_set() and (now := time.perf_counter() - _started) < _limit:
+            key = _main_stack()
+            if key:
+                _samples.append((round(now, 4), _stacks.setdefault(key, len(_stacks))))
+            time.sleep(0.005)
+
+    _sampler = threading.Thread(target=_sample, name="stack-sampler", daemon=True)
+
+    def _write_samples():
+        _stop.set()
+        _sampler.join(timeout=1)
+        with open(f"{os.environ['STACK_SAMPLES']}.{os.getpid()}.json", "w") as out:
+            json.dump({"stacks": [list(k) for k in _stacks], "samples": _samples}, out)
+
+    _sampler.start()
+    atexit.register(_write_samples)
