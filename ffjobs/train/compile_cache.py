@@ -16,6 +16,13 @@ path misses every lookup and benchmarks every kernel again (about 10 s on one H2
 256 px preset). The folder is recorded beside the blob (``compile-cache.json``), and a job
 that loads the blob into another folder says so in a warning.
 
+Beside the blob, ``compile-cache.regions.<device>.bin`` holds the Dynamo captures of the
+compiled regions (:mod:`ffjobs.train.regions`), so a restart loads the graphs instead of
+tracing the networks again: one file per local device (``cuda0``, ``cuda1``, ``cpu``), since a
+capture's guards name the device of its inputs; every rank writes its device's. It is used
+only when its fingerprint (torch, the networks' code, the settings that shape the graphs) is
+this job's.
+
 A blob that loads but whose job then dies before its first step must not take every restart
 down the same way: each rank leaves a marker (``compile-cache.rank<N>.starting``) before it
 loads the blob and removes it once its first step is done. A rank that finds its own marker
@@ -26,14 +33,27 @@ blob. A job killed during start-up for another reason costs its restart one cold
 from __future__ import annotations
 
 import json
+import pickle
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ffjobs.train.storage import CheckpointStore
 
 BLOB = "compile-cache.bin"
 MADE_IN = "compile-cache.json"
 """Beside the blob: the local compiler-cache folder of the process that made it."""
+
+
+def regions_file(device: str) -> str:
+    """Beside the blob, the region captures of the ranks on ``device`` (``cuda0``, ``cpu``):
+    ``{"fingerprint": str, "regions": {name: saved captures}}`` (pickle)."""
+    return f"compile-cache.regions.{device}.bin"
+
+
+def device_name(device: object) -> str:
+    """``cuda0`` for ``torch.device("cuda", 0)``, ``cpu`` for the CPU."""
+    index = getattr(device, "index", None)
+    return f"{device.type}{index}" if index is not None else str(device.type)
 
 
 @dataclass
@@ -46,6 +66,9 @@ class CacheReport:
     saved_bytes: int = 0
     marker: str | None = None
     """The start-up marker this rank left in the store (until its first step)."""
+    regions: dict[str, bytes] = field(default_factory=dict)
+    """The compiled regions' saved captures this job loaded (name: bytes)."""
+    saved_regions: int = 0
 
 
 def _entries(info: object) -> int:
@@ -57,12 +80,20 @@ def starting_marker(rank: int) -> str:
     return f"compile-cache.rank{rank}.starting"
 
 
-def load(store: CheckpointStore, report: CacheReport, rank: int = 0) -> None:
-    """Fill this process's compiler caches from the store's blob, if it has one."""
+def load(
+    store: CheckpointStore,
+    report: CacheReport,
+    rank: int = 0,
+    fingerprint: str | None = None,
+    device: str = "cpu",
+) -> None:
+    """Fill this process's compiler caches from the store's blob, if it has one, and put the
+    region captures saved on ``device`` for ``fingerprint`` into ``report.regions``."""
     import torch
 
     names = store.list()
-    if BLOB not in names:
+    captures = regions_file(device)
+    if BLOB not in names and captures not in names:
         return
     marker = starting_marker(rank)
     if marker in names:
@@ -76,6 +107,10 @@ def load(store: CheckpointStore, report: CacheReport, rank: int = 0) -> None:
         return
     store.write(marker, b"")
     report.marker = marker
+    if captures in names and fingerprint is not None:
+        report.regions = _read_regions(store, captures, fingerprint)
+    if BLOB not in names:
+        return
     try:
         data = store.read(BLOB)
         info = torch.compiler.load_cache_artifacts(data)
@@ -85,6 +120,24 @@ def load(store: CheckpointStore, report: CacheReport, rank: int = 0) -> None:
     report.loaded_bytes = len(data)
     report.loaded_entries = _entries(info)
     _warn_if_another_folder(store, names)
+
+
+def _read_regions(store: CheckpointStore, name: str, fingerprint: str) -> dict[str, bytes]:
+    try:
+        # the run's own storage, as trusted as its checkpoints (the captures are pickles)
+        saved = pickle.loads(store.read(name))
+        made_for, regions = saved["fingerprint"], saved["regions"]
+    except Exception as exc:
+        warnings.warn(f"compiled regions {store.describe(name)} not read: {exc}", stacklevel=3)
+        return {}
+    if made_for != fingerprint:
+        warnings.warn(
+            f"compiled regions {store.describe(name)} were captured for other code or "
+            "settings (torch, the networks' code, model or precision); tracing them again",
+            stacklevel=3,
+        )
+        return {}
+    return dict(regions)
 
 
 def local_cache_dir() -> str | None:
@@ -120,6 +173,23 @@ def first_step_done(store: CheckpointStore, report: CacheReport) -> None:
     if report.marker is not None:
         store.delete(report.marker)
         report.marker = None
+
+
+def save_regions(
+    store: CheckpointStore,
+    report: CacheReport,
+    regions: dict[str, bytes],
+    fingerprint: str,
+    device: str = "cpu",
+) -> None:
+    """Write ``regions`` (the captures of the regions that captured in this process), with
+    the ones loaded for the others, as ``device``'s region file (every rank, once);
+    nothing when no region captured here."""
+    if not regions:
+        return
+    payload = {"fingerprint": fingerprint, "regions": {**report.regions, **regions}}
+    store.write(regions_file(device), pickle.dumps(payload))
+    report.saved_regions = len(regions)
 
 
 def save(store: CheckpointStore, report: CacheReport) -> None:

@@ -99,7 +99,9 @@ class TrainConfig:
     preset's mode (docs/benchmarks.md)."""
     compile_cache: bool = True
     """With ``compile``: keep the compiler's caches as a blob beside the checkpoints
-    (``compile-cache.bin``), so a restarted job of the run compiles warm."""
+    (``compile-cache.bin``), so a restarted job of the run compiles warm, and the compiled
+    regions' Dynamo captures (``compile-cache.regions.bin``), so it does not trace the
+    networks again (:mod:`ffjobs.train.regions`)."""
     fused_adam: bool = True
     """Use the fused Adam kernel on CUDA (ignored on CPU)."""
     bucket_cap_mb: float = field(default=25.0, metadata={"gt": 0.0})

@@ -1,7 +1,10 @@
 """Wrapping a network for data-parallel training: DDP with a comm hook, optionally compiled.
 
 Kept apart from the loop because it tracks torch's DDP API (renamed arguments between
-releases) and the ``torch.compile`` wrapper around it.
+releases) and the ``torch.compile`` wrapper around it: a DDP module is compiled lazily (Dynamo
+splits its graph at the gradient buckets), any other module becomes a
+:class:`~ffjobs.train.regions.CompiledRegion`, whose capture a restarted job loads instead of
+tracing again.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ffjobs.train.regions import CompiledRegion
 
 
 def no_buffer_sync_per_forward() -> dict[str, bool]:
@@ -27,6 +32,7 @@ def no_buffer_sync_per_forward() -> dict[str, bool]:
 
 
 def wrap(
+    name: str,
     module: nn.Module,
     device: torch.device,
     *,
@@ -36,7 +42,7 @@ def wrap(
     compile_mode: str | None,
 ) -> nn.Module:
     """``module`` in DDP (more than one rank) with ``comm_hook``, then compiled in
-    ``compile_mode`` (``torch.compile``'s mode; ``None``: eager).
+    ``compile_mode`` (``torch.compile``'s mode; ``None``: eager) as :func:`compiled` ``name``.
 
     One rank gets no DDP at all: there is nothing to all-reduce.
     """
@@ -51,12 +57,17 @@ def wrap(
         )
         ddp.register_comm_hook(None, comm_hook)
         wrapped = ddp
-    return compiled(wrapped, compile_mode)
+    return compiled(name, wrapped, compile_mode)
 
 
-def compiled(module: nn.Module, mode: str | None) -> nn.Module:
-    """``torch.compile(module, mode=mode)``, or ``module`` itself when ``mode`` is ``None``."""
-    return module if mode is None else torch.compile(module, mode=mode)
+def compiled(name: str, module: nn.Module, mode: str | None) -> nn.Module:
+    """``module`` compiled in ``mode`` (``None``: ``module`` itself): lazily when it is in
+    DDP, else as the compiled region ``name``."""
+    if mode is None:
+        return module
+    if isinstance(module, DDP):
+        return torch.compile(module, mode=mode)
+    return CompiledRegion(name, module, mode)
 
 
 def no_sync(*wrapped: nn.Module) -> contextlib.AbstractContextManager:

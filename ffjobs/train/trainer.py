@@ -4,9 +4,10 @@ One optimizer step (``train_step``), per micro-batch of each rank:
 
 1. source identity embedding (frozen encoder, no grad);
 2. ``fused = G(target, embedding)``;
-3. discriminator loss on real targets and detached fused images, backward into D;
+3. discriminator loss on real targets and detached fused images;
 4. generator loss through D's plain module, outside DDP (its weights frozen for this pass, so
-   D's DDP does not see a second backward), backward into G;
+   D's DDP does not see a second backward);
+5. backward of the discriminator loss into D, then of the generator loss into G;
 
 with ``train.compile`` the frozen identity encoder and that plain-module pass of D are
 compiled too, each on its own.
@@ -44,7 +45,7 @@ from ffjobs.errors import UserError
 from ffjobs.models import FusionModels, build
 from ffjobs.models.losses import discriminator_loss, generator_loss
 from ffjobs.tracking.mlflow_logger import RunLogger
-from ffjobs.train import compile_cache, ddp
+from ffjobs.train import compile_cache, ddp, regions
 from ffjobs.train.checkpoint import Checkpointer, capture_rng_state, restore_rng_state
 from ffjobs.train.data import BatchStream
 from ffjobs.train.distributed import DistEnv, print0
@@ -53,6 +54,7 @@ from ffjobs.train.faults import FaultInjector
 from ffjobs.train.metrics import CommTimer, ThroughputMeter, format_progress, synchronize
 from ffjobs.train.network import Network, build_network
 from ffjobs.train.prefetch import DevicePrefetcher
+from ffjobs.train.regions import CompiledRegion
 from ffjobs.train.runtime import configure_backends, seed_everything
 from ffjobs.train.stop import StopRequest
 
@@ -116,8 +118,22 @@ class Trainer:
         self.faults = FaultInjector(tc.faults, env.rank, self.checkpointer.store)
         self.compile_mode = tc.compile_mode if tc.compile else None
         self.compile_cache = compile_cache.CacheReport()
+        self.fingerprint = regions.fingerprint(
+            {
+                "model": config.to_dict()["model"],
+                "precision": tc.precision,
+                "channels_last": tc.channels_last,
+                "compile_mode": self.compile_mode,
+            }
+        )
         if tc.compile and tc.compile_cache:
-            compile_cache.load(self.checkpointer.store, self.compile_cache, env.rank)
+            compile_cache.load(
+                self.checkpointer.store,
+                self.compile_cache,
+                env.rank,
+                self.fingerprint,
+                compile_cache.device_name(device),
+            )
         self.first_step_s: float | None = None
         self.comm = CommTimer(device)
         self.generator = self._network("generator", generator, tc.lr)
@@ -126,8 +142,27 @@ class Trainer:
         # the frozen encoder and D's pass for G's loss run outside DDP: compiled on their own
         # (eager, their normalisation and activation kernels ran one pass each, launched one
         # by one from the host)
-        self.identity = ddp.compiled(self.identity_encoder, self.compile_mode)
-        self.frozen_discriminator = ddp.compiled(discriminator, self.compile_mode)
+        self.identity = ddp.compiled("identity_encoder", self.identity_encoder, self.compile_mode)
+        self.frozen_discriminator = ddp.compiled(
+            "discriminator_frozen", discriminator, self.compile_mode
+        )
+        # what a restarted job loads instead of tracing (ffjobs.train.regions)
+        self.regions = [
+            wrapped
+            for wrapped in (
+                *(net.wrapped for net in self.networks),
+                self.identity,
+                self.frozen_discriminator,
+            )
+            if isinstance(wrapped, CompiledRegion)
+        ]
+        regions.offer_all(
+            self.regions,
+            self.compile_cache.regions,
+            self.checkpointer.store.describe(
+                compile_cache.regions_file(compile_cache.device_name(device))
+            ),
+        )
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(tc.precision)
 
         # a step's micro-batches are copied to the device while the step before computes
@@ -167,6 +202,7 @@ class Trainer:
         """``module`` with its optimizer, in DDP with our timing comm hook (plus the fault
         drill), optionally compiled."""
         wrapped = ddp.wrap(
+            name,
             module,
             self.device,
             world_size=self.world_size,
@@ -204,7 +240,7 @@ class Trainer:
     def _forward_backward(
         self, batch: dict[str, torch.Tensor], accum: int
     ) -> dict[str, torch.Tensor]:
-        """Steps 1-4 of the module docstring on one micro-batch; returns its losses."""
+        """Steps 1-5 of the module docstring on one micro-batch; returns its losses."""
         g, d = self.generator, self.discriminator
         source, target, same_identity = self._to_device(batch)
         # named ranges: what the profile (ffjobs bench train --profile) attributes time to
@@ -218,9 +254,9 @@ class Trainer:
                 d_losses = discriminator_loss(
                     disc_real=disc_real, disc_fused=d.wrapped(fused.detach())
                 )
-        with self.comm.backward(), record_function("ffjobs.discriminator_backward"):
-            d.backward(d_losses["total"] / accum)
-
+        # G's loss before D's backward: D's weights have no .grad yet when the compiled pass
+        # through them is first captured, and a capture that guards a .grad does not load
+        # (ffjobs.train.regions); both losses see the same weights either way
         d.module.requires_grad_(False)  # G's loss flows through D, not into it
         with self._autocast(), record_function("ffjobs.generator_loss_forward"):
             g_losses = generator_loss(
@@ -233,9 +269,11 @@ class Trainer:
                 disc_real=disc_real,
                 weights=self.config.model.losses,
             )
+        d.module.requires_grad_(True)
+        with self.comm.backward(), record_function("ffjobs.discriminator_backward"):
+            d.backward(d_losses["total"] / accum)
         with self.comm.backward(), record_function("ffjobs.generator_backward"):
             g.backward(g_losses["total"] / accum)
-        d.module.requires_grad_(True)
         return {**g_losses, **d_losses}
 
     def _no_sync(self) -> contextlib.AbstractContextManager:
@@ -371,17 +409,27 @@ class Trainer:
         """Report time to the first step (compilation included); publish the compile cache."""
         synchronize(self.device)
         self.first_step_s = time.perf_counter() - self.created
-        compile_cache.first_step_done(self.checkpointer.store, self.compile_cache)
+        store, cache = self.checkpointer.store, self.compile_cache
+        compile_cache.first_step_done(store, cache)
+        if self.tc.compile and self.tc.compile_cache:
+            with self.meter.excluded():
+                # every rank its device's captures; rank 0 the compiler's caches
+                compile_cache.save_regions(
+                    store,
+                    cache,
+                    regions.save_all(self.regions),
+                    self.fingerprint,
+                    compile_cache.device_name(self.device),
+                )
+                if self.env.rank == 0:
+                    compile_cache.save(store, cache)
         if self.env.rank == 0:
-            if self.tc.compile and self.tc.compile_cache:
-                with self.meter.excluded():
-                    compile_cache.save(self.checkpointer.store, self.compile_cache)
-            cache = self.compile_cache
             # the wall-clock time is what ffjobs bench recovery reads a recovery's end from
             print0(
                 f"first step {step} done at {time.time():.3f} (started from step {step - 1}), "
                 f"{self.first_step_s:.1f} s after start (compile cache: "
-                f"{cache.loaded_entries} entries loaded, {cache.saved_entries} saved)"
+                f"{cache.loaded_entries} entries loaded, {cache.saved_entries} saved; "
+                f"{regions.summary(self.regions)}, {cache.saved_regions} regions saved)"
             )
             self.logger.log_metrics({"first_step_s": self.first_step_s}, step)
 

@@ -79,6 +79,10 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
     config = job.resolved_config()
     tc = config.train
     env, device = compute_init(tc.backend, tc.init_timeout_s, tc.collective_timeout_s)
+    if tc.compile:
+        from ffjobs.train.regions import import_compiler
+
+        import_compiler()  # with the other imports, before the trainer's clock starts
     try:
         dataset = build_train_dataset(config, job.data, env.world_size, job.quarantine)
         tracked = env.rank == 0 and job.mode == "train"

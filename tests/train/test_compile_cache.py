@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
-from ffjobs.train.compile_cache import BLOB
+from ffjobs.train.compile_cache import BLOB, regions_file
 
 from .helpers import tiny_config
 
@@ -49,7 +50,12 @@ def _compiled_run(config, local_cache) -> dict:
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1])
+    # rank 0's first-step line: "... 4 compiled regions, 5 captures (5 loaded) ..."
+    first_step = next(line for line in lines if line.startswith("first step"))
+    captures, loaded = re.search(r"(\d+) captures \((\d+) loaded\)", first_step).groups()
+    return {**result, "captures": int(captures), "loaded": int(loaded)}
 
 
 @pytest.mark.slow  # two cold CPU compiles: minutes on two cores
@@ -58,16 +64,39 @@ def test_a_restarted_compiled_run_loads_the_cache_from_its_checkpoint_dir(tmp_pa
     first = _compiled_run(tiny_config(tmp_path, *overrides), tmp_path / "local-1")
     blob = tmp_path / "ckpt" / BLOB
     assert first["final_step"] == 2 and blob.stat().st_size > 0
-    # a cold cache: the graphs are compiled; one compiled twice within the run (the identity
-    # encoder on the sources and on the fused faces) may hit what the run itself just wrote
-    assert first["fxgraph_cache_miss"] > first["fxgraph_cache_hit"]
+    assert (tmp_path / "ckpt" / regions_file("cpu")).stat().st_size > 0
+    # a cold start: every region captured here (the identity encoder twice: on the sources
+    # without grad, on the fused faces with it), none loaded
+    assert first["captures"] >= 4 and first["loaded"] == 0
 
     restart = tiny_config(tmp_path, *overrides, "train.steps=3", "train.resume=false")
     second = _compiled_run(restart, tmp_path / "local-2")
     assert second["final_step"] == 3
-    # every graph the first run compiled comes out of the cache it left
-    assert second["fxgraph_cache_hit"] >= first["fxgraph_cache_miss"]
-    assert second["fxgraph_cache_miss"] == 0
+    # every capture the first run made comes out of the files it left: nothing traced again
+    assert second["loaded"] == second["captures"] == first["captures"]
+
+
+def test_saved_region_captures_are_used_only_by_the_code_and_settings_they_were_made_for(
+    tmp_path,
+):
+    from ffjobs.train import compile_cache
+    from ffjobs.train.storage import LocalStore
+
+    store = LocalStore(tmp_path / "run")
+    report = compile_cache.CacheReport()
+    compile_cache.save_regions(store, report, {"generator": b"captures"}, "code-a", "cuda0")
+    same = compile_cache.CacheReport()
+    compile_cache.load(store, same, fingerprint="code-a", device="cuda0")
+    assert same.regions == {"generator": b"captures"}
+
+    other_device = compile_cache.CacheReport()  # guards name their device: not cuda0's
+    compile_cache.load(store, other_device, rank=1, fingerprint="code-a", device="cuda1")
+    assert other_device.regions == {}
+
+    other_code = compile_cache.CacheReport()
+    with pytest.warns(UserWarning, match="captured for other code or settings"):
+        compile_cache.load(store, other_code, rank=2, fingerprint="code-b", device="cuda0")
+    assert other_code.regions == {}
 
 
 def _store_with_blob(tmp_path):

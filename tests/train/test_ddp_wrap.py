@@ -12,6 +12,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ffjobs.train import ddp
+from ffjobs.train.regions import CompiledRegion
 
 CPU = torch.device("cpu")
 
@@ -51,7 +52,7 @@ def test_one_rank_is_not_wrapped():
     module = nn.Linear(3, 2)
     hook = CountingHook()
     wrapped = ddp.wrap(
-        module, CPU, world_size=1, bucket_cap_mb=25, comm_hook=hook.hook, compile_mode=None
+        "net", module, CPU, world_size=1, bucket_cap_mb=25, comm_hook=hook.hook, compile_mode=None
     )
     assert wrapped is module
     with ddp.no_sync(wrapped):  # nothing to turn off, and no error
@@ -62,7 +63,13 @@ def test_one_rank_is_not_wrapped():
 def test_no_sync_skips_the_all_reduce_and_nests(one_rank_group):
     hook = CountingHook()
     wrapped = ddp.wrap(
-        nn.Linear(3, 2), CPU, world_size=2, bucket_cap_mb=25, comm_hook=hook.hook, compile_mode=None
+        "net",
+        nn.Linear(3, 2),
+        CPU,
+        world_size=2,
+        bucket_cap_mb=25,
+        comm_hook=hook.hook,
+        compile_mode=None,
     )
     assert isinstance(wrapped, DDP)
     _backward(wrapped)
@@ -79,6 +86,7 @@ def test_no_sync_skips_the_all_reduce_and_nests(one_rank_group):
 def test_no_sync_reaches_through_the_compile_wrapper(one_rank_group):
     hook = CountingHook()
     wrapped = ddp.wrap(
+        "net",
         nn.Linear(3, 2),
         CPU,
         world_size=2,
@@ -87,7 +95,17 @@ def test_no_sync_reaches_through_the_compile_wrapper(one_rank_group):
         compile_mode="default",
     )
     inner = wrapped._orig_mod
-    assert isinstance(inner, DDP)
+    assert isinstance(inner, DDP)  # DDP is compiled lazily: Dynamo splits it at its buckets
+    assert not isinstance(wrapped, CompiledRegion)
     with ddp.no_sync(wrapped):
         assert inner.require_backward_grad_sync is False
     assert inner.require_backward_grad_sync is True
+
+
+def test_a_module_outside_ddp_becomes_a_compiled_region():
+    module = nn.Linear(3, 2)
+    wrapped = ddp.wrap(
+        "net", module, CPU, world_size=1, bucket_cap_mb=25, comm_hook=None, compile_mode="default"
+    )
+    assert isinstance(wrapped, CompiledRegion) and wrapped._orig_mod is module
+    assert ddp.compiled("encoder", module, None) is module  # no compile mode: eager

@@ -1,0 +1,213 @@
+"""Compiled regions whose Dynamo capture is saved with the run, so a restart does not trace.
+
+A warm start that loads only the compiler's caches (:mod:`ffjobs.train.compile_cache`) still
+runs Dynamo over every region again: on one H200 about 7 of its 17-22 s to the first step went
+into bytecode tracing and fake-tensor propagation of the five captured graphs (G, D, D with
+frozen weights, and the identity encoder with and without grad). A :class:`CompiledRegion`
+captures its module ahead of time, on its first call in each calling context, with
+``torch._dynamo.aot_compile`` (one full graph per context: grad mode, autocast and which inputs
+need grad are its guards), and the capture serialises with its compiled forward and backward.
+A later job loads it and calls the compiled code directly: no tracing, no fake tensors. A
+loaded capture whose guards reject a call is replaced by a new capture, with a warning that
+gives the guard's reason, and saved again.
+
+This rides on torch's ahead-of-time compile, experimental from 2.10 on, so everything that
+can fail falls back to the ordinary lazy compile of the same module with a warning: a capture
+that does not serialise is not saved, a saved one that does not load is compiled again.
+Only modules that are not wrapped in DDP become regions (:func:`ffjobs.train.ddp.wrap`): a
+DDP module's Dynamo graph is split at its gradient buckets, which the capture does not do.
+
+The saved captures are keyed by :func:`fingerprint` (torch version, the networks' source
+code, the model and training settings that shape the graphs): a capture of other code never
+runs. A region loads them at its first call, inside that call's autocast and grad mode: the
+guards built on loading record the thread's dispatch state, and loaded outside autocast they
+rejected every call under it (one H200, torch 2.11; docs/benchmarks.md). That loading point is
+tested on CPU (torch 2.14) and not yet measured on a GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+MAX_CAPTURES = 4
+"""Calling contexts per region (the training step has at most two): past it, a region whose
+guards keep failing is compiled lazily rather than captured again and again."""
+
+
+class CompiledRegion(nn.Module):
+    """``module`` compiled in ``mode``, captured ahead of time on its first call per context.
+
+    An ``nn.Module`` so that it sits where ``torch.compile(module)`` did (``.train()``, hooks
+    and ``state_dict`` reach the module itself through ``_orig_mod``).
+    """
+
+    def __init__(self, name: str, module: nn.Module, mode: str):
+        super().__init__()
+        self.name = name
+        self._orig_mod = module
+        self.mode = mode
+        self._captures: list[Any] = []  # torch._dynamo.aot_compile.AOTCompiledFunction
+        self._lazy: nn.Module | None = None  # the lazy compile, once capturing has failed
+        self.loaded = 0
+        """Captures loaded from a saved region (0: compiled in this process)."""
+        self._missed = False  # a call fitting no loaded capture was reported
+        self._offered: tuple[bytes, str] | None = None  # saved captures, and where from
+        self._captured_here = 0
+        # torch's intra-op thread count is one of the captures' guards, and a data loader's
+        # pin-memory thread or a cold compile can change it under the main thread: each call
+        # runs with the count the region was built under (the launcher's, on every start)
+        self._threads = torch.get_num_threads()
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        if self._lazy is not None:
+            return self._lazy(*args)
+        if torch.get_num_threads() != self._threads:
+            torch.set_num_threads(self._threads)
+        if self._offered is not None:
+            self._load_offered()
+        module = self._orig_mod
+        for capture in self._captures:
+            if capture.guard_check(module, *args):
+                return capture(module, *args)
+        if self.loaded and not self._missed:
+            self._missed = True
+            warnings.warn(
+                f"compiled region {self.name}: no loaded capture fits this call "
+                f"({_guard_failure(self._captures[0], module, args)}); capturing it again",
+                stacklevel=2,
+            )
+        try:
+            if len(self._captures) >= MAX_CAPTURES:
+                raise RuntimeError(f"{MAX_CAPTURES} captures, and a call that fits none")
+            capture = self._capture(args)
+        except Exception as exc:  # the lazy compile of the same module, as without regions
+            warnings.warn(
+                f"compiled region {self.name}: ahead-of-time capture failed ({exc}); "
+                "compiling it lazily (a restart traces it again)",
+                stacklevel=2,
+            )
+            self._lazy = torch.compile(module, mode=self.mode)
+            return self._lazy(*args)
+        self._captures.append(capture)
+        self._captured_here += 1
+        return capture(module, *args)
+
+    def _capture(self, args: tuple[torch.Tensor, ...]) -> Any:
+        from torch._dynamo.aot_compile import ModelInput, aot_compile_module
+        from torch._dynamo.hooks import Hooks
+
+        backend = torch._TorchCompileInductorWrapper(self.mode, None, None)
+        with warnings.catch_warnings():
+            # the guards' record of a non-leaf input reads its .grad: noise, not a problem
+            warnings.filterwarnings("ignore", message="The .grad attribute of a Tensor")
+            compiled = aot_compile_module(
+                self._orig_mod, [ModelInput(args=args, kwargs={}, contexts=[])], Hooks(), backend
+            )
+        (capture,) = compiled.compiled_results
+        capture.disable_guard_check()  # forward checks the guards before every call
+        return capture
+
+    def save(self) -> bytes | None:
+        """This region's captures, serialised, if any was made in this process (``None``:
+        nothing new to save; captures loaded and still fitting are saved along)."""
+        if self._lazy is not None or not self._captured_here:
+            return None
+        from torch._dynamo.aot_compile import AOTCompiledModel
+
+        return AOTCompiledModel(self._orig_mod, self._captures).serialize()
+
+    def offer(self, data: bytes, where: str) -> None:
+        """Captures from :meth:`save` of an earlier job (read from ``where``), loaded on the
+        first call: a capture's guards take the thread's dispatch state (autocast among it)
+        when they are built, so they are built inside the call they are to fit."""
+        self._offered = (data, where)
+
+    def _load_offered(self) -> None:
+        from torch._dynamo.aot_compile import AOTCompiledModel
+
+        (data, where), self._offered = self._offered, None
+        try:
+            with torch._inductor.config.patch(_inductor_mode_options(self.mode)):
+                captures = AOTCompiledModel.deserialize(self._orig_mod, data).compiled_results
+        except Exception as exc:  # captured again, as in a job without saved captures
+            warnings.warn(
+                f"compiled region {self.name} from {where} not loaded ({exc}); capturing it again",
+                stacklevel=3,
+            )
+            return
+        for capture in captures:
+            capture.disable_guard_check()
+        self._captures = list(captures)
+        self.loaded = len(captures)
+
+
+def _guard_failure(capture: Any, module: nn.Module, args: tuple) -> str:
+    """Why ``capture``'s guards reject ``module(*args)``, in one line."""
+    try:
+        f_locals = capture.prepare_f_locals(module, *args)
+        failure = capture._artifacts.guard_manager.check_verbose(f_locals)
+        return " ".join(str(part) for part in failure.verbose_code_parts)[:300]
+    except Exception as exc:  # the reason is a courtesy; the warning is what matters
+        return f"reason not available: {exc}"
+
+
+def _inductor_mode_options(mode: str) -> dict[str, Any]:
+    """Inductor settings of ``torch.compile``'s ``mode`` (CUDA graphs for reduce-overhead):
+    the ones loading a capture must see, as compiling it did."""
+    from torch._inductor import list_mode_options
+
+    return {k: v for k, v in list_mode_options(mode).items() if k != "triton.cudagraph_trees"}
+
+
+def import_compiler() -> None:
+    """Import torch's compiler stack now (3-4 s on one H200 host), as part of the process's
+    start, rather than inside the first compiled call."""
+    import torch._dynamo.aot_compile  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+
+
+def summary(regions: list[CompiledRegion]) -> str:
+    """``"4 compiled regions, 5 captures (5 loaded)"``: what the first step ran on."""
+    captures = sum(len(region._captures) for region in regions)
+    loaded = sum(region.loaded for region in regions)
+    return f"{len(regions)} compiled regions, {captures} captures ({loaded} loaded)"
+
+
+def save_all(regions: list[CompiledRegion]) -> dict[str, bytes]:
+    """``{region name: its saved captures}`` of the regions that have some to save."""
+    saved = {}
+    for region in regions:
+        try:
+            data = region.save()
+        except Exception as exc:  # not saved: the next job captures it again
+            warnings.warn(f"compiled region {region.name} not saved: {exc}", stacklevel=2)
+            continue
+        if data is not None:
+            saved[region.name] = data
+    return saved
+
+
+def offer_all(regions: list[CompiledRegion], saved: dict[str, bytes], where: str) -> None:
+    """Offer each region its captures from ``saved`` (read from ``where``)."""
+    for region in regions:
+        if region.name in saved:
+            region.offer(saved[region.name], where)
+
+
+def fingerprint(settings: dict[str, Any]) -> str:
+    """What the captures depend on besides their guards: torch, the networks' code and
+    ``settings`` (the model config and the training settings that shape the graphs)."""
+    digest = hashlib.sha256(torch.__version__.encode())
+    models = Path(__file__).resolve().parent.parent / "models"
+    for source in sorted(models.rglob("*.py")):
+        digest.update(source.name.encode())
+        digest.update(source.read_bytes())
+    digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    return digest.hexdigest()

@@ -1,0 +1,132 @@
+"""Compiled regions: captured once, saved, and run by a later process without tracing again.
+
+Every call here is a real ahead-of-time capture (Dynamo + Inductor on CPU), so each test
+compiles a tiny network; the saved captures travel between real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from ffjobs.train.regions import CompiledRegion
+
+# one process's run of a region: bf16 autocast as in training, a no-grad call and a grad
+# call (two captures), the outputs and weight gradients written as JSON
+_RUN = """
+import json, sys, torch
+from torch import nn
+from ffjobs.train.regions import CompiledRegion
+
+mode, path = sys.argv[1], sys.argv[2]
+torch.manual_seed(0)
+net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.LeakyReLU(0.2), nn.Conv2d(8, 3, 3, padding=1))
+region = CompiledRegion("net", net, "default")
+if mode == "load":
+    def no_capture(args):
+        raise AssertionError("traced again")
+    region._capture = no_capture
+    region.offer(open(path, "rb").read(), path)
+x = torch.randn(2, 3, 16, 16)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.no_grad():
+        first = region(x)
+    second = region(x.clone().requires_grad_())
+second.float().square().mean().backward()
+if mode == "save":
+    open(path, "wb").write(region.save())
+print(json.dumps({
+    "outputs": [first.float().tolist(), second.float().tolist()],
+    "grads": [p.grad.tolist() for p in net.parameters()],
+    "captures": len(region._captures),
+    "loaded": region.loaded,
+}))
+"""
+
+
+def _run(mode: str, path) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN, mode, str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.LeakyReLU(0.2))
+
+
+@pytest.mark.slow  # four CPU compiles
+def test_a_saved_region_runs_in_a_new_process_without_tracing(tmp_path):
+    saved = tmp_path / "net.bin"
+    first = _run("save", saved)
+    assert first["captures"] == 2 and first["loaded"] == 0  # no-grad and grad: two contexts
+    again = _run("load", saved)  # tracing would raise in this process
+    assert again["captures"] == 2 and again["loaded"] == 2
+    # the same compiled code on the same inputs and weights, on one machine: bit for bit
+    assert again["outputs"] == first["outputs"]
+    assert again["grads"] == first["grads"]
+
+
+@pytest.mark.slow  # three CPU compiles
+def test_a_loaded_capture_that_does_not_fit_is_replaced_and_saved(tmp_path):
+    region = CompiledRegion("net", _net(), "default")
+    region(torch.randn(2, 3, 8, 8))
+    saved = region.save()
+
+    restarted = CompiledRegion("net", _net(), "default")
+    restarted.offer(saved, "the test")
+    x = torch.randn(3, 3, 8, 8)  # another batch size: the loaded guards reject it
+    with pytest.warns(UserWarning, match="no loaded capture fits this call"):
+        out = restarted(x)
+    torch.testing.assert_close(out, _net()(x))
+    assert restarted.loaded == 1 and len(restarted._captures) == 2
+    assert restarted.save() is not None  # the next restart gets the capture that fits
+
+
+def test_saved_captures_that_do_not_load_are_captured_again():
+    region = CompiledRegion("net", _net(), "default")
+    region.offer(b"not a capture", "run/compile-cache.regions.bin")
+    x = torch.randn(2, 3, 8, 8)
+    with pytest.warns(UserWarning, match="net from run/compile-cache.regions.bin not loaded"):
+        out = region(x)
+    torch.testing.assert_close(out, _net()(x))
+    assert region.loaded == 0 and len(region._captures) == 1
+
+
+class _GraphBreak(nn.Module):
+    def forward(self, x):
+        if x.sum().item() > 0:  # data-dependent Python control flow: no full graph
+            return x * 2
+        return x - 1
+
+
+def test_a_module_that_cannot_be_captured_is_compiled_lazily():
+    region = CompiledRegion("breaks", _GraphBreak(), "default")
+    x = torch.ones(4)
+    with pytest.warns(UserWarning, match="breaks: ahead-of-time capture failed"):
+        assert torch.equal(region(x), x * 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once; later calls go to the lazy compile
+        assert torch.equal(region(-x), -x - 1)
+    assert region.save() is None
+
+
+def test_the_fingerprint_follows_the_settings():
+    from ffjobs.train.regions import fingerprint
+
+    assert fingerprint({"precision": "bf16"}) == fingerprint({"precision": "bf16"})
+    assert fingerprint({"precision": "bf16"}) != fingerprint({"precision": "fp32"})
