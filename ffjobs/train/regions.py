@@ -11,9 +11,10 @@ A later job loads it and calls the compiled code directly: no tracing, no fake t
 loaded capture whose guards reject a call is replaced by a new capture, with a warning that
 gives the guard's reason, and saved again.
 
-This rides on torch's ahead-of-time compile, experimental from 2.10 on, so everything that
-can fail falls back to the ordinary lazy compile of the same module with a warning: a capture
-that does not serialise is not saved, a saved one that does not load is compiled again.
+This rides on torch's ahead-of-time compile (``torch._dynamo.aot_compile``: experimental, the
+same API in torch 2.11 and 2.14), so everything that can fail falls back with a warning: a
+module that cannot be captured is compiled lazily, a capture that does not serialise is not
+saved, a saved one that does not load is captured again.
 Only modules that are not wrapped in DDP become regions (:func:`ffjobs.train.ddp.wrap`): a
 DDP module's Dynamo graph is split at its gradient buckets, which the capture does not do.
 
@@ -60,9 +61,10 @@ class CompiledRegion(nn.Module):
         self._missed = False  # a call fitting no loaded capture was reported
         self._offered: tuple[bytes, str] | None = None  # saved captures, and where from
         self._captured_here = 0
-        # torch's intra-op thread count is one of the captures' guards, and a data loader's
-        # pin-memory thread or a cold compile can change it under the main thread: each call
-        # runs with the count the region was built under (the launcher's, on every start)
+        # torch's intra-op thread count is one of the captures' guards, and it changed within
+        # a cold GPU run after the trainer's start (one H200: every saved capture then
+        # rejected the restart; what changed it was not found): each call runs with the count
+        # the region was built under, which is the launcher's on every start
         self._threads = torch.get_num_threads()
 
     def forward(self, *args: torch.Tensor) -> Any:
