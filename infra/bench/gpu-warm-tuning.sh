@@ -6,6 +6,8 @@
 #                 while each bench launch compiled in a folder of its own)
 #   warm-data     warm from D's blob, --data dataset
 #   warm-memory-2 as warm-memory-1
+# Each warm launch should load every compiled region's captures: "N captures (N loaded)" in
+# its first-step line, and no "no loaded capture fits" warning.
 # Everything comes back as one archive, OUTDIR/warm.tgz, renewed after each launch.
 #   usage: infra/bench/gpu-warm-tuning.sh OUTDIR
 set -uo pipefail
@@ -41,7 +43,12 @@ for name in ("cold", "warm-memory-1", "warm-data", "warm-memory-2"):
         continue
     trace = results / f"{name}.autotune.jsonl"
     tuned = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
-    print(name, r["summary"], f"| {r['images_per_s']:.1f} img/s, trainer init "
-          f"{r['trainer_init_s']:.2f} s, {len(tuned)} kernels tuned "
-          f"({sum(t['seconds'] for t in tuned):.1f} s)")
+    print(name, r["summary"], f"| {r['images_per_s']:.1f} img/s, process start "
+          f"{r.get('process_start_s') or 0:.1f} s, trainer init {r['trainer_init_s']:.2f} s, "
+          f"{len(tuned)} kernels tuned ({sum(t['seconds'] for t in tuned):.1f} s)")
+    # rank 0's first-step line says how many region captures were loaded, and any region
+    # whose loaded captures did not fit says why
+    for line in (results / f"{name}.log").read_text().splitlines():
+        if line.startswith("first step") or "no loaded capture fits" in line:
+            print("   ", line.strip()[:400])
 PY
