@@ -256,8 +256,6 @@ def bench_rank(
 def _process_start_s(trainer_created: float) -> float | None:
     """Seconds from this process's start to the trainer's (interpreter, imports, CUDA and
     process-group init, the data set): what ``first_step_s`` does not count. Linux only."""
-    import time
-
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
         uptime = float(Path("/proc/uptime").read_text().split()[0])

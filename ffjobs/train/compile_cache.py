@@ -68,6 +68,8 @@ class CacheReport:
     """The start-up marker this rank left in the store (until its first step)."""
     regions: dict[str, bytes] = field(default_factory=dict)
     """The compiled regions' saved captures this job loaded (name: bytes)."""
+    regions_from: str = ""
+    """Where ``regions`` was read (the store's description of the file)."""
     saved_regions: int = 0
 
 
@@ -109,6 +111,7 @@ def load(
     report.marker = marker
     if captures in names and fingerprint is not None:
         report.regions = _read_regions(store, captures, fingerprint)
+        report.regions_from = store.describe(captures)
     if BLOB not in names:
         return
     try:

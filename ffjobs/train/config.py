@@ -100,7 +100,7 @@ class TrainConfig:
     compile_cache: bool = True
     """With ``compile``: keep the compiler's caches as a blob beside the checkpoints
     (``compile-cache.bin``), so a restarted job of the run compiles warm, and the compiled
-    regions' Dynamo captures (``compile-cache.regions.bin``), so it does not trace the
+    regions' Dynamo captures (``compile-cache.regions.<device>.bin``), so it does not trace the
     networks again (:mod:`ffjobs.train.regions`)."""
     fused_adam: bool = True
     """Use the fused Adam kernel on CUDA (ignored on CPU)."""

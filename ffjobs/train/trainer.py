@@ -118,21 +118,23 @@ class Trainer:
         self.faults = FaultInjector(tc.faults, env.rank, self.checkpointer.store)
         self.compile_mode = tc.compile_mode if tc.compile else None
         self.compile_cache = compile_cache.CacheReport()
-        self.fingerprint = regions.fingerprint(
-            {
-                "model": config.to_dict()["model"],
-                "precision": tc.precision,
-                "channels_last": tc.channels_last,
-                "compile_mode": self.compile_mode,
-            }
-        )
+        self.cache_device = compile_cache.device_name(device)  # whose region captures
+        self.fingerprint = ""  # of the region captures: only with the compile cache
         if tc.compile and tc.compile_cache:
+            self.fingerprint = regions.fingerprint(
+                {
+                    "model": config.to_dict()["model"],
+                    "precision": tc.precision,
+                    "channels_last": tc.channels_last,
+                    "compile_mode": self.compile_mode,
+                }
+            )
             compile_cache.load(
                 self.checkpointer.store,
                 self.compile_cache,
                 env.rank,
                 self.fingerprint,
-                compile_cache.device_name(device),
+                self.cache_device,
             )
         self.first_step_s: float | None = None
         self.comm = CommTimer(device)
@@ -156,13 +158,7 @@ class Trainer:
             )
             if isinstance(wrapped, CompiledRegion)
         ]
-        regions.offer_all(
-            self.regions,
-            self.compile_cache.regions,
-            self.checkpointer.store.describe(
-                compile_cache.regions_file(compile_cache.device_name(device))
-            ),
-        )
+        regions.offer_all(self.regions, self.compile_cache.regions, self.compile_cache.regions_from)
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(tc.precision)
 
         # a step's micro-batches are copied to the device while the step before computes
@@ -419,7 +415,7 @@ class Trainer:
                     cache,
                     regions.save_all(self.regions),
                     self.fingerprint,
-                    compile_cache.device_name(self.device),
+                    self.cache_device,
                 )
                 if self.env.rank == 0:
                     compile_cache.save(store, cache)
