@@ -39,11 +39,25 @@ def wait_for_step(work: Path, step: int, timeout_s: float = 300) -> str:
     raise TimeoutError(f"training under {work} never reached step {step} in {timeout_s:.0f} s")
 
 
-def job_nodes(job_id: str) -> list[str]:
-    """The nodes of a job, in SLURM's order (the node of rank 1 is the second)."""
+def job_nodes(job_id: str, timeout_s: float = 60) -> list[str]:
+    """The nodes of a running job, in SLURM's order (the node of rank 1 is the second).
+
+    Accounting learns of a job's start after the controller does: on a loaded machine ``sacct``
+    can still say PENDING with no nodes while the job's ranks are already training, so this
+    asks again until the nodes are known."""
     from ffjobs.slurm.jobstate import poll_jobs
 
-    return list(poll_jobs([job_id])[job_id].nodes)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = poll_jobs([job_id])[job_id]
+        if status.nodes:
+            return list(status.nodes)
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"SLURM job {job_id} still has no nodes after {timeout_s:.0f} s "
+                f"(state {status.slurm_state or 'unknown'}, from {status.source})"
+            )
+        time.sleep(0.5)
 
 
 def _link(*args: str) -> None:
