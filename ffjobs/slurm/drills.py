@@ -40,22 +40,19 @@ def wait_for_step(work: Path, step: int, timeout_s: float = 300) -> str:
 
 
 def job_nodes(job_id: str, timeout_s: float = 60) -> list[str]:
-    """The nodes of a running job, in SLURM's order (the node of rank 1 is the second).
-
-    Accounting learns of a job's start after the controller does: on a loaded machine ``sacct``
-    can still say PENDING with no nodes while the job's ranks are already training, so this
-    asks again until the nodes are known."""
-    from ffjobs.slurm.jobstate import poll_jobs
+    """The nodes of a running job, in SLURM's order (the node of rank 1 is the second); asked
+    again until SLURM says the job runs (the ranks can be training before it does)."""
+    from ffjobs.slurm.jobstate import JobState, poll_jobs
 
     deadline = time.monotonic() + timeout_s
     while True:
         status = poll_jobs([job_id])[job_id]
-        if status.nodes:
+        if status.state is JobState.RUNNING and status.nodes:
             return list(status.nodes)
         if time.monotonic() > deadline:
             raise TimeoutError(
-                f"SLURM job {job_id} still has no nodes after {timeout_s:.0f} s "
-                f"(state {status.slurm_state or 'unknown'}, from {status.source})"
+                f"SLURM job {job_id} not running on known nodes after {timeout_s:.0f} s "
+                f"(state {status.slurm_state}, nodes {list(status.nodes)}, from {status.source})"
             )
         time.sleep(0.5)
 

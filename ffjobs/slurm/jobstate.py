@@ -1,8 +1,9 @@
 """Where several SLURM jobs stand, in ffjobs' own states: what a retry supervisor polls.
 
-``poll_jobs`` asks ``sacct`` once for the whole batch. Accounting lags right after submission and
-while slurmdbd is slow (or down), so the ids it does not know go to one ``squeue`` call, and those
-still unanswered to ``scontrol show job`` one by one; an id no source knows is ``UNKNOWN`` with the
+``poll_jobs`` asks ``sacct`` once for the whole batch. Accounting lags right after submission,
+after a job's start and while slurmdbd is slow (or down), so the ids it does not know or still
+calls pending go to one ``squeue`` call, and those still unanswered to ``scontrol show job`` one
+by one; an id no source knows is ``UNKNOWN`` with the
 reason. A terminal state from ``squeue`` has no exit code, so such an id is asked of ``scontrol``
 too (``squeue``'s answer stands if ``scontrol`` has none).
 
@@ -170,7 +171,10 @@ def poll_jobs(job_ids: Iterable[str | int], runner: Runner = run_command) -> dic
         misses[job_id].append("not a SLURM job id")
 
     _ask(valid, found, misses, "sacct", _sacct_statuses, runner)
-    waiting = [job_id for job_id in valid if job_id not in found]
+    # accounting also learns of a start after the controller: on the mini-cluster sacct said
+    # PENDING, with the first node alone, for 4 s after squeue said RUNNING on both; the
+    # controller's word on a job accounting calls pending stands where it has one
+    waiting = [job_id for job_id in valid if _not_started(found.get(job_id))]
     _ask(waiting, found, misses, "squeue", _squeue_statuses, runner)
     for job_id in valid:
         status = found.get(job_id)
@@ -178,6 +182,10 @@ def poll_jobs(job_ids: Iterable[str | int], runner: Runner = run_command) -> dic
             _ask([job_id], found, misses, "scontrol", _scontrol_statuses, runner)
 
     return {job_id: found.get(job_id) or _unknown(job_id, misses[job_id]) for job_id in wanted}
+
+
+def _not_started(status: JobStatus | None) -> bool:
+    return status is None or status.state is JobState.PENDING
 
 
 def _ask(

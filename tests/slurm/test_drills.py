@@ -12,9 +12,12 @@ def status(state: str, nodes: tuple[str, ...]) -> JobStatus:
     return JobStatus("7", JobState[state], state, None, None, nodes, "sacct")
 
 
-def test_job_nodes_waits_for_accounting_to_learn_of_the_start(monkeypatch):
-    """sacct can still say PENDING, no nodes, while the ranks already train (slurmdbd lags)."""
-    answers = [status("PENDING", ()), status("PENDING", ()), status("RUNNING", ("node1", "node2"))]
+def test_job_nodes_waits_until_slurm_says_the_job_runs(monkeypatch):
+    answers = [
+        status("PENDING", ()),
+        status("PENDING", ("node1",)),
+        status("RUNNING", ("node1", "node2")),
+    ]
     monkeypatch.setattr(jobstate, "poll_jobs", lambda ids: {"7": answers.pop(0)})
     monkeypatch.setattr(drills.time, "sleep", lambda s: None)
     assert drills.job_nodes("7") == ["node1", "node2"]
@@ -24,5 +27,7 @@ def test_job_nodes_waits_for_accounting_to_learn_of_the_start(monkeypatch):
 def test_job_nodes_names_the_job_and_its_state_when_the_nodes_never_come(monkeypatch):
     monkeypatch.setattr(jobstate, "poll_jobs", lambda ids: {"7": status("PENDING", ())})
     monkeypatch.setattr(drills.time, "sleep", lambda s: None)
-    with pytest.raises(TimeoutError, match=r"job 7 still has no nodes .*PENDING, from sacct"):
+    with pytest.raises(
+        TimeoutError, match=r"job 7 not running on known nodes .*PENDING, nodes \[\], from sacct"
+    ):
         drills.job_nodes("7", timeout_s=0)

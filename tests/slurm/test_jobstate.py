@@ -144,6 +144,22 @@ def test_ids_missing_from_sacct_go_to_one_squeue_call_then_scontrol():
     assert statuses["3"].state is JobState.RUNNING and statuses["3"].nodes == ("node2", "node3")
 
 
+def test_a_job_accounting_still_calls_pending_is_asked_of_the_controller():
+    """What sacct printed on the mini-cluster for 4 s after the controller started a 2-node job:
+    PENDING, the first node alone, no node count."""
+    slurm = FakeSlurm(sacct="4|PENDING|0:0|node1|00:00:00|0\n", squeue="4|RUNNING|node[1-2]\n")
+    status = poll_jobs(["4"], runner=slurm)["4"]
+    assert slurm.commands() == ["sacct", "squeue"]
+    assert (status.state, status.nodes, status.source) == (
+        JobState.RUNNING, ("node1", "node2"), "squeue")  # fmt: skip
+
+
+def test_a_pending_job_the_controller_does_not_know_keeps_accountings_word():
+    slurm = FakeSlurm(sacct="4|PENDING|0:0|None assigned|00:00:00|1\n", squeue=INVALID_ID)
+    status = poll_jobs(["4"], runner=slurm)["4"]
+    assert (status.state, status.source) == (JobState.PENDING, "sacct")
+
+
 @pytest.mark.parametrize("squeue", [INVALID_ID, AccountingError("'squeue' not found on PATH")])
 def test_a_failing_squeue_falls_through_to_scontrol_per_id(squeue):
     slurm = FakeSlurm(
