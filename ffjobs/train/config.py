@@ -109,6 +109,10 @@ class TrainConfig:
     seed: int = 0
     deterministic: bool = False
     """Deterministic kernels (slower on GPU); needed for bitwise resume on GPU."""
+    cudnn_benchmark: bool = True
+    """On CUDA (not with ``deterministic``): cuDNN times its algorithms on each convolution
+    shape's first call and keeps the fastest, in memory. The timing is paid again by every
+    start, restarts included; off, cuDNN picks by its heuristics."""
     log_every: int = field(default=10, metadata={"ge": 1})
     """Steps between metric reports (console and MLflow)."""
     progress: bool = True

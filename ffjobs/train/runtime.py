@@ -8,13 +8,14 @@ import numpy as np
 import torch
 
 
-def configure_backends(deterministic: bool, device: torch.device) -> None:
-    """Deterministic kernels (exact resume) or, on CUDA, cuDNN autotuning and TF32 matmuls."""
+def configure_backends(deterministic: bool, device: torch.device, cudnn_benchmark: bool) -> None:
+    """Deterministic kernels (exact resume) or, on CUDA, TF32 matmuls and, with
+    ``cudnn_benchmark``, cuDNN's timing of its algorithms on each convolution's first call."""
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=False)
         torch.backends.cudnn.benchmark = False
     elif device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.benchmark = cudnn_benchmark
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 

@@ -91,7 +91,7 @@ class Trainer:
         self.config, self.env, self.device = config, env, device
         tc = self.tc = config.train
         self.world_size = env.world_size
-        configure_backends(tc.deterministic, device)
+        configure_backends(tc.deterministic, device, tc.cudnn_benchmark)
 
         # Same seed on every rank for identical initial weights (DDP also broadcasts rank 0's).
         seed_everything(tc.seed)

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The preset's acceptance figures and its warm starts in one call (about 8 minutes), every
+# The preset's acceptance figures and its warm starts in one call (about 9 minutes), every
 # launch recording the Triton kernels it tunes (autotune_trace/) and where its compilation went:
 #   cold          --data dataset --baseline plain, checkpoint cost measured; folder D gets the blob
 #   warm-memory-1 warm from D's blob, --data memory: must tune no kernel (it tuned all 195
 #                 while each bench launch compiled in a folder of its own)
+#   warm-no-cudnn-timing  as warm-memory-1 with train.cudnn_benchmark=false: what cuDNN's
+#                 timing of each convolution's first call costs a start, and what the steps
+#                 lose without it
 #   warm-data     warm from D's blob, --data dataset
-#   warm-memory-2 as warm-memory-1
+#   warm-memory-2 as warm-memory-1, with its main thread's stacks sampled (STACK_SAMPLES):
+#                 where the start's time goes, by infra/bench/stack_buckets.py
 # Each warm launch should load every compiled region's captures: "N captures (N loaded)" in
 # its first-step line, and no "no loaded capture fits" warning.
 # Everything comes back as one archive, OUTDIR/warm.tgz, renewed after each launch.
@@ -17,10 +21,11 @@ bench_start warm "${1:-}"
 
 jpeg_set "$results/dataset.log"
 
-launch() {  # launch NAME SECONDS [bench train arguments ...]
+launch() {  # [STACKS=1] launch NAME SECONDS [bench train arguments ...]
   local name=$1 limit=$2; shift 2
   local started=$SECONDS
-  AUTOTUNE_TRACE="$results/$name.autotune.jsonl" COMPILE_TIMES="$results/$name.compile-times" \
+  env AUTOTUNE_TRACE="$results/$name.autotune.jsonl" COMPILE_TIMES="$results/$name.compile-times" \
+    ${STACKS:+STACK_SAMPLES="$results/$name.stacks"} \
     PYTHONPATH=$PWD/infra/bench/autotune_trace:$PWD timeout "$limit" \
     python -m ffjobs.cli bench train --config train-256 --json --warmup 15 --steps 40 "$@" \
     >"$results/$name.json" 2>"$results/$name.log"
@@ -30,12 +35,14 @@ launch() {  # launch NAME SECONDS [bench train arguments ...]
 
 launch cold 330 --data dataset --baseline plain --checkpoint-dir "$work/D"
 launch warm-memory-1 75 --data memory --no-peak --no-checkpoint --checkpoint-dir "$work/D"
+launch warm-no-cudnn-timing 75 --data memory --no-peak --no-checkpoint --checkpoint-dir "$work/D" \
+  --set train.cudnn_benchmark=false
 launch warm-data 75 --data dataset --no-peak --no-checkpoint --checkpoint-dir "$work/D"
-launch warm-memory-2 75 --data memory --no-peak --no-checkpoint --checkpoint-dir "$work/D"
+STACKS=1 launch warm-memory-2 75 --data memory --no-peak --no-checkpoint --checkpoint-dir "$work/D"
 python - "$results" <<'PY'
 import json, pathlib, sys
 results = pathlib.Path(sys.argv[1])
-for name in ("cold", "warm-memory-1", "warm-data", "warm-memory-2"):
+for name in ("cold", "warm-memory-1", "warm-no-cudnn-timing", "warm-data", "warm-memory-2"):
     try:
         r = json.loads((results / f"{name}.json").read_text())
     except Exception as exc:
@@ -52,3 +59,6 @@ for name in ("cold", "warm-memory-1", "warm-data", "warm-memory-2"):
         if line.startswith("first step") or "no loaded capture fits" in line:
             print("   ", line.strip()[:400])
 PY
+for samples in "$results"/warm-memory-2.stacks.*.json; do  # the first 60 s of each process
+  [ -e "$samples" ] && echo "$samples:" && python infra/bench/stack_buckets.py "$samples" 0 60
+done
