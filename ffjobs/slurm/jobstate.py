@@ -3,9 +3,9 @@
 ``poll_jobs`` asks ``sacct`` once for the whole batch. Accounting lags right after submission,
 after a job's start and while slurmdbd is slow (or down), so the ids it does not know or still
 calls pending go to one ``squeue`` call, and those still unanswered to ``scontrol show job`` one
-by one; an id no source knows is ``UNKNOWN`` with the
-reason. A terminal state from ``squeue`` has no exit code, so such an id is asked of ``scontrol``
-too (``squeue``'s answer stands if ``scontrol`` has none).
+by one; an id no source knows is ``UNKNOWN`` with the reason. A terminal state from ``squeue``
+has no exit code, so such an id is asked of ``scontrol`` too (``squeue``'s answer stands if
+``scontrol`` has none).
 
 Every SLURM job state (``squeue(1)``/``sacct(1)`` JOB STATE CODES, Slurm 22.05 to 24.x) maps to
 one ``JobState``; ``CANCELLED by 123`` and ``RUNNING+`` are normalised first, anything else is
