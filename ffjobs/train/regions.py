@@ -20,17 +20,27 @@ DDP module's Dynamo graph is split at its gradient buckets, which the capture do
 
 The saved captures are keyed by :func:`fingerprint` (torch version, the networks' source
 code, the model and training settings that shape the graphs): a capture of other code never
-runs. A region loads them at its first call, inside that call's autocast and grad mode: the
-guards built on loading record the thread's dispatch state, and loaded outside autocast they
-rejected every call under it (one H200, torch 2.11; docs/benchmarks.md). That loading point is
-tested on CPU (torch 2.14) and not yet measured on a GPU.
+runs. Loading them is most of a warm start (about 6 of its 10-12 s on one H200), so
+:func:`offer_all` deserialises them on one background thread, in the order the step first
+calls the regions, while the main thread builds the rest of the trainer, waits for its first
+batch and runs the regions already loaded; a region's first call waits for its own captures
+only. The loads run inside the calls' autocast (``context``): the guards built on loading
+record the thread's dispatch state, and loaded outside autocast they rejected every call under
+it (one H200, torch 2.11; docs/benchmarks.md). Each load holds Dynamo's compile lock (it
+patches Inductor's process-wide settings, as a lazy compile on the main thread does), and a
+region that has to capture on the main thread first waits for every load.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import warnings
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +50,14 @@ from torch import nn
 MAX_CAPTURES = 4
 """Calling contexts per region (the training step has at most two): past it, a region whose
 guards keep failing is compiled lazily rather than captured again and again."""
+
+
+@dataclass
+class _Offer:
+    """Saved captures being loaded on the loader thread (:func:`offer_all`)."""
+
+    captures: Future  # of the loaded AOTCompiledFunctions
+    where: str  # where they were read, for messages
 
 
 class CompiledRegion(nn.Module):
@@ -59,7 +77,8 @@ class CompiledRegion(nn.Module):
         self.loaded = 0
         """Captures loaded from a saved region (0: compiled in this process)."""
         self._missed = False  # a call fitting no loaded capture was reported
-        self._offered: tuple[bytes, str] | None = None  # saved captures, and where from
+        self._offered: _Offer | None = None  # saved captures being loaded
+        self._loads: list[Future] = []  # every load of the loader: none runs while one traces
         self._captured_here = 0
         # torch's intra-op thread count is one of the captures' guards, and it changed within
         # a cold GPU run after the trainer's start (one H200: every saved capture then
@@ -73,7 +92,7 @@ class CompiledRegion(nn.Module):
         if torch.get_num_threads() != self._threads:
             torch.set_num_threads(self._threads)
         if self._offered is not None:
-            self._load_offered()
+            self._take_offered()
         module = self._orig_mod
         for capture in self._captures:
             if capture.guard_check(module, *args):
@@ -85,6 +104,7 @@ class CompiledRegion(nn.Module):
                 f"({_guard_failure(self._captures[0], module, args)}); capturing it again",
                 stacklevel=2,
             )
+        wait_for(self._loads)  # no capture is deserialised while this thread traces
         try:
             if len(self._captures) >= MAX_CAPTURES:
                 raise RuntimeError(f"{MAX_CAPTURES} captures, and a call that fits none")
@@ -119,28 +139,23 @@ class CompiledRegion(nn.Module):
     def save(self) -> bytes | None:
         """This region's captures, serialised, if any was made in this process (``None``:
         nothing new to save; captures loaded and still fitting are saved along)."""
+        if self._offered is not None:
+            self._take_offered()
         if self._lazy is not None or not self._captured_here:
             return None
         from torch._dynamo.aot_compile import AOTCompiledModel
 
         return AOTCompiledModel(self._orig_mod, self._captures).serialize()
 
-    def offer(self, data: bytes, where: str) -> None:
-        """Captures from :meth:`save` of an earlier job (read from ``where``), loaded on the
-        first call: a capture's guards take the thread's dispatch state (autocast among it)
-        when they are built, so they are built inside the call they are to fit."""
-        self._offered = (data, where)
-
-    def _load_offered(self) -> None:
-        from torch._dynamo.aot_compile import AOTCompiledModel
-
-        (data, where), self._offered = self._offered, None
+    def _take_offered(self) -> None:
+        """Wait for this region's saved captures and use them (or warn why not)."""
+        offer, self._offered = self._offered, None
         try:
-            with torch._inductor.config.patch(_inductor_mode_options(self.mode)):
-                captures = AOTCompiledModel.deserialize(self._orig_mod, data).compiled_results
+            captures = offer.captures.result()
         except Exception as exc:  # captured again, as in a job without saved captures
             warnings.warn(
-                f"compiled region {self.name} from {where} not loaded ({exc}); capturing it again",
+                f"compiled region {self.name} from {offer.where} not loaded ({exc}); "
+                "capturing it again",
                 stacklevel=3,
             )
             return
@@ -148,6 +163,22 @@ class CompiledRegion(nn.Module):
             capture.disable_guard_check()
         self._captures = list(captures)
         self.loaded = len(captures)
+
+
+def _deserialize(
+    module: nn.Module, mode: str, data: bytes, context: Callable[[], Any]
+) -> list[Any]:
+    """The captures in ``data`` of ``module``, built inside ``context()`` (on the loader
+    thread), with the Inductor settings of ``mode`` that compiling them had."""
+    from torch._dynamo.aot_compile import AOTCompiledModel
+    from torch._dynamo.convert_frame import compile_lock
+
+    with (
+        context(),
+        compile_lock,
+        torch._inductor.config.patch(_inductor_mode_options(mode)),
+    ):
+        return AOTCompiledModel.deserialize(module, data).compiled_results
 
 
 def _guard_failure(capture: Any, module: nn.Module, args: tuple) -> str:
@@ -196,11 +227,27 @@ def save_all(regions: list[CompiledRegion]) -> dict[str, bytes]:
     return saved
 
 
-def offer_all(regions: list[CompiledRegion], saved: dict[str, bytes], where: str) -> None:
-    """Offer each region its captures from ``saved`` (read from ``where``)."""
-    for region in regions:
-        if region.name in saved:
-            region.offer(saved[region.name], where)
+def offer_all(
+    regions: list[CompiledRegion],
+    saved: dict[str, bytes],
+    where: str,
+    context: Callable[[], Any] = contextlib.nullcontext,
+) -> None:
+    """Start loading each region's captures from ``saved`` (read from ``where``) on one
+    background thread, in the order of ``regions`` (put first the region a step calls first),
+    each inside ``context()``: the autocast the regions will be called under."""
+    offered = [region for region in regions if region.name in saved]
+    if not offered:
+        return
+    loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ffjobs-region-loader")
+    loads = [
+        loader.submit(_deserialize, region._orig_mod, region.mode, saved[region.name], context)
+        for region in offered
+    ]
+    loader.shutdown(wait=False)  # its thread ends after the last load
+    for region, load in zip(offered, loads, strict=True):
+        region._offered = _Offer(load, where)
+        region._loads = loads
 
 
 def fingerprint(settings: dict[str, Any]) -> str:

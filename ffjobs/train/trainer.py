@@ -148,18 +148,25 @@ class Trainer:
         self.frozen_discriminator = ddp.compiled(
             "discriminator_frozen", discriminator, self.compile_mode
         )
-        # what a restarted job loads instead of tracing (ffjobs.train.regions)
+        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(tc.precision)
+        # what a restarted job loads instead of tracing (ffjobs.train.regions), in the order a
+        # step first calls them: their saved captures load in the background, in this order,
+        # under the step's autocast
         self.regions = [
             wrapped
             for wrapped in (
-                *(net.wrapped for net in self.networks),
                 self.identity,
+                *(net.wrapped for net in self.networks),
                 self.frozen_discriminator,
             )
             if isinstance(wrapped, CompiledRegion)
         ]
-        regions.offer_all(self.regions, self.compile_cache.regions, self.compile_cache.regions_from)
-        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(tc.precision)
+        regions.offer_all(
+            self.regions,
+            self.compile_cache.regions,
+            self.compile_cache.regions_from,
+            self._autocast,
+        )
 
         # a step's micro-batches are copied to the device while the step before computes
         self.data = DevicePrefetcher(

@@ -1,19 +1,17 @@
 #!/usr/bin/env bash
-# The preset's acceptance figures and its warm starts in one call (about 9 minutes), every
+# The preset's acceptance figures and its warm starts in one call (about 8 minutes), every
 # launch recording the Triton kernels it tunes (autotune_trace/) and where its compilation went:
 #   cold          --data dataset --baseline plain, checkpoint cost measured; folder D gets the blob
-#   warm-memory-1 warm from D's blob, --data memory: must tune no kernel (it tuned all 195
-#                 while each bench launch compiled in a folder of its own)
-#   warm-no-cudnn-timing  as warm-memory-1 with train.cudnn_benchmark=false: what cuDNN's
-#                 timing of each convolution's first call costs a start, and what the steps
-#                 lose without it
-#   warm-data     warm from D's blob, --data dataset
-#   warm-memory-2 as warm-memory-1, with its main thread's stacks sampled (STACK_SAMPLES):
-#                 where the start's time goes, by infra/bench/stack_buckets.py
+#                 and the region captures
+#   warm-memory-1, warm-data-1, warm-memory-2, warm-data-2
+#                 warm from D, --data memory / --data dataset: must tune no kernel and load
+#                 every region's captures
+# STACKS=1 also samples the main-thread stacks of warm-memory-2 (STACK_SAMPLES): where its
+# start's time goes, by infra/bench/stack_buckets.py (the sampler costs the start 1-2 s).
 # Each warm launch should load every compiled region's captures: "N captures (N loaded)" in
 # its first-step line, and no "no loaded capture fits" warning.
 # Everything comes back as one archive, OUTDIR/warm.tgz, renewed after each launch.
-#   usage: infra/bench/gpu-warm-tuning.sh OUTDIR
+#   usage: [STACKS=1] infra/bench/gpu-warm-tuning.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . infra/bench/machine.sh
@@ -21,11 +19,11 @@ bench_start warm "${1:-}"
 
 jpeg_set "$results/dataset.log"
 
-launch() {  # [STACKS=1] launch NAME SECONDS [bench train arguments ...]
+launch() {  # [SAMPLE=1] launch NAME SECONDS [bench train arguments ...]
   local name=$1 limit=$2; shift 2
   local started=$SECONDS
   env AUTOTUNE_TRACE="$results/$name.autotune.jsonl" COMPILE_TIMES="$results/$name.compile-times" \
-    ${STACKS:+STACK_SAMPLES="$results/$name.stacks"} \
+    ${SAMPLE:+STACK_SAMPLES="$results/$name.stacks"} \
     PYTHONPATH=$PWD/infra/bench/autotune_trace:$PWD timeout "$limit" \
     python -m ffjobs.cli bench train --config train-256 --json --warmup 15 --steps 40 "$@" \
     >"$results/$name.json" 2>"$results/$name.log"
@@ -34,15 +32,15 @@ launch() {  # [STACKS=1] launch NAME SECONDS [bench train arguments ...]
 }
 
 launch cold 330 --data dataset --baseline plain --checkpoint-dir "$work/D"
-launch warm-memory-1 75 --data memory --no-peak --no-checkpoint --checkpoint-dir "$work/D"
-launch warm-no-cudnn-timing 75 --data memory --no-peak --no-checkpoint --checkpoint-dir "$work/D" \
-  --set train.cudnn_benchmark=false
-launch warm-data 75 --data dataset --no-peak --no-checkpoint --checkpoint-dir "$work/D"
-STACKS=1 launch warm-memory-2 75 --data memory --no-peak --no-checkpoint --checkpoint-dir "$work/D"
+warm=(--no-peak --no-checkpoint --checkpoint-dir "$work/D")
+launch warm-memory-1 75 --data memory "${warm[@]}"
+launch warm-data-1 75 --data dataset "${warm[@]}"
+SAMPLE=${STACKS:-} launch warm-memory-2 75 --data memory "${warm[@]}"
+launch warm-data-2 75 --data dataset "${warm[@]}"
 python - "$results" <<'PY'
 import json, pathlib, sys
 results = pathlib.Path(sys.argv[1])
-for name in ("cold", "warm-memory-1", "warm-no-cudnn-timing", "warm-data", "warm-memory-2"):
+for name in ("cold", "warm-memory-1", "warm-data-1", "warm-memory-2", "warm-data-2"):
     try:
         r = json.loads((results / f"{name}.json").read_text())
     except Exception as exc:

@@ -10,20 +10,21 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import warnings
 
 import pytest
 import torch
 from torch import nn
 
-from ffjobs.train.regions import CompiledRegion
+from ffjobs.train.regions import CompiledRegion, offer_all
 
 # one process's run of a region: bf16 autocast as in training, a no-grad call and a grad
 # call (two captures), the outputs and weight gradients written as JSON
 _RUN = """
 import json, sys, torch
 from torch import nn
-from ffjobs.train.regions import CompiledRegion
+from ffjobs.train.regions import CompiledRegion, offer_all
 
 mode, path = sys.argv[1], sys.argv[2]
 torch.manual_seed(0)
@@ -33,7 +34,9 @@ if mode == "load":
     def no_capture(args):
         raise AssertionError("traced again")
     region._capture = no_capture
-    region.offer(open(path, "rb").read(), path)
+    # loaded on the loader thread, under the autocast of the calls below
+    offer_all([region], {"net": open(path, "rb").read()}, path,
+              lambda: torch.autocast("cpu", dtype=torch.bfloat16))
 x = torch.randn(2, 3, 16, 16)
 with torch.autocast("cpu", dtype=torch.bfloat16):
     with torch.no_grad():
@@ -88,7 +91,7 @@ def test_a_loaded_capture_that_does_not_fit_is_replaced_and_saved(tmp_path):
     saved = region.save()
 
     restarted = CompiledRegion("net", _net(), "default")
-    restarted.offer(saved, "the test")
+    offer_all([restarted], {"net": saved}, "the test")
     x = torch.randn(3, 3, 8, 8)  # another batch size: the loaded guards reject it
     with pytest.warns(UserWarning, match="no loaded capture fits this call"):
         out = restarted(x)
@@ -99,12 +102,47 @@ def test_a_loaded_capture_that_does_not_fit_is_replaced_and_saved(tmp_path):
 
 def test_saved_captures_that_do_not_load_are_captured_again():
     region = CompiledRegion("net", _net(), "default")
-    region.offer(b"not a capture", "run/compile-cache.regions.bin")
+    offer_all([region], {"net": b"not a capture"}, "run/compile-cache.regions.bin")
     x = torch.randn(2, 3, 8, 8)
     with pytest.warns(UserWarning, match="net from run/compile-cache.regions.bin not loaded"):
         out = region(x)
     torch.testing.assert_close(out, _net()(x))
     assert region.loaded == 0 and len(region._captures) == 1
+
+
+def test_saved_captures_load_in_the_background_in_call_order(monkeypatch):
+    """offer_all returns at once; one loader thread deserialises the regions in the order
+    given, each inside the context it was handed; a region's first call waits for its own."""
+    from ffjobs.train import regions
+
+    release = threading.Event()
+    loaded = []
+
+    def slow_deserialize(module, mode, data, context):
+        with context():
+            release.wait(timeout=60)
+            loaded.append((data, threading.current_thread().name, torch.is_autocast_enabled("cpu")))
+        raise ValueError("not a capture")  # each region then captures as without saved ones
+
+    monkeypatch.setattr(regions, "_deserialize", slow_deserialize)
+    first, second = (
+        CompiledRegion("first", _net(), "default"),
+        CompiledRegion("second", _net(), "default"),
+    )
+    offer_all(
+        [first, second],
+        {"second": b"2", "first": b"1"},
+        "the test",
+        lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+    )
+    assert loaded == []  # nothing waited for the loads
+    release.set()
+    with pytest.warns(UserWarning, match="first from the test not loaded"):
+        first(torch.randn(2, 3, 8, 8))
+    assert [data for data, _, _ in loaded] == [b"1", b"2"]  # in the order given
+    assert all(name.startswith("ffjobs-region-loader") and autocast for _, name, autocast in loaded)
+    with pytest.warns(UserWarning, match="second from the test not loaded"):
+        second.save()  # takes the load's outcome too
 
 
 class _GraphBreak(nn.Module):
