@@ -20,11 +20,11 @@ DDP module's Dynamo graph is split at its gradient buckets, which the capture do
 
 The saved captures are keyed by :func:`fingerprint` (torch version, the networks' source
 code, the model and training settings that shape the graphs): a capture of other code never
-runs. Loading them is most of a warm start (about 6 of its 10-12 s on one H200), so
-:func:`offer_all` deserialises them on one background thread, in the order the step first
-calls the regions, while the main thread builds the rest of the trainer, waits for its first
-batch and runs the regions already loaded; a region's first call waits for its own captures
-only. The loads run inside the calls' autocast (``context``): the guards built on loading
+runs. Loading them is most of a warm start (about 6 s of 10-12 s to the first step on one
+H200, torch 2.11), so :func:`offer_all` deserialises them on one background thread, in the
+order the step first calls the regions, while the main thread builds the rest of the trainer,
+waits for its first batch and runs the regions already loaded; a region's first call waits
+for its own captures only. The loads run inside the calls' autocast (``context``): the guards built on loading
 record the thread's dispatch state, and loaded outside autocast they rejected every call under
 it (one H200, torch 2.11; docs/benchmarks.md). Each load holds Dynamo's compile lock (it
 patches Inductor's process-wide settings, as a lazy compile on the main thread does), and a
