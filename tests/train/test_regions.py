@@ -138,11 +138,11 @@ def test_saved_captures_load_in_the_background_in_call_order(monkeypatch):
     assert loaded == []  # nothing waited for the loads
     release.set()
     with pytest.warns(UserWarning, match="first from the test not loaded"):
-        first(torch.randn(2, 3, 8, 8))
+        first(torch.randn(2, 3, 8, 8))  # it captures, after every load has ended
+    with pytest.warns(UserWarning, match="second from the test not loaded"):
+        second.save()  # takes its load's outcome too
     assert [data for data, _, _ in loaded] == [b"1", b"2"]  # in the order given
     assert all(name.startswith("ffjobs-region-loader") and autocast for _, name, autocast in loaded)
-    with pytest.warns(UserWarning, match="second from the test not loaded"):
-        second.save()  # takes the load's outcome too
 
 
 class _GraphBreak(nn.Module):
