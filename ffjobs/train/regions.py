@@ -24,11 +24,11 @@ runs. Loading them is most of a warm start (about 6 s of 10-12 s to the first st
 H200, torch 2.11), so :func:`offer_all` deserialises them on one background thread, in the
 order the step first calls the regions, while the main thread builds the rest of the trainer,
 waits for its first batch and runs the regions already loaded; a region's first call waits
-for its own captures only. The loads run inside the calls' autocast (``context``): the guards built on loading
-record the thread's dispatch state, and loaded outside autocast they rejected every call under
-it (one H200, torch 2.11; docs/benchmarks.md). Each load holds Dynamo's compile lock (it
-patches Inductor's process-wide settings, as a lazy compile on the main thread does), and a
-region that has to capture on the main thread first waits for every load.
+for its own captures only. The loads run inside the calls' autocast (``context``): the guards
+built on loading record the thread's dispatch state, and loaded outside autocast they rejected
+every call under it (one H200, torch 2.11; docs/benchmarks.md). Each load holds Dynamo's
+compile lock (it patches Inductor's process-wide settings, as a lazy compile on the main
+thread does), and a region that has to capture on the main thread first waits for every load.
 """
 
 from __future__ import annotations
@@ -91,8 +91,7 @@ class CompiledRegion(nn.Module):
             return self._lazy(*args)
         if torch.get_num_threads() != self._threads:
             torch.set_num_threads(self._threads)
-        if self._offered is not None:
-            self._take_offered()
+        self._take_offered()
         module = self._orig_mod
         for capture in self._captures:
             if capture.guard_check(module, *args):
@@ -139,8 +138,7 @@ class CompiledRegion(nn.Module):
     def save(self) -> bytes | None:
         """This region's captures, serialised, if any was made in this process (``None``:
         nothing new to save; captures loaded and still fitting are saved along)."""
-        if self._offered is not None:
-            self._take_offered()
+        self._take_offered()
         if self._lazy is not None or not self._captured_here:
             return None
         from torch._dynamo.aot_compile import AOTCompiledModel
@@ -148,8 +146,11 @@ class CompiledRegion(nn.Module):
         return AOTCompiledModel(self._orig_mod, self._captures).serialize()
 
     def _take_offered(self) -> None:
-        """Wait for this region's saved captures and use them (or warn why not)."""
+        """Wait for this region's saved captures, if any were offered and not yet taken, and
+        use them (or warn why not)."""
         offer, self._offered = self._offered, None
+        if offer is None:
+            return
         try:
             captures = offer.captures.result()
         except Exception as exc:  # captured again, as in a job without saved captures
