@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from ffjobs.cli import add_config_arguments, add_json_argument, config_from_args, print_json
 from ffjobs.errors import ExitCode
+from ffjobs.train.compile_cache import local_caches_root
 
 if TYPE_CHECKING:  # torch is imported where used: building the CLI must stay light
     import torch
@@ -387,13 +388,14 @@ def _bench_train(args: argparse.Namespace) -> int:
 def run_compiler_cache(checkpoint_dir: str) -> Path:
     """The local compiler-cache folder of every launch on ``checkpoint_dir``: one path per run.
 
-    One path, as a restarted job on another node finds with Inductor's default folder: the
+    One path, as a restarted job on another node finds with the trainer's default folder: the
     compile-cache blob's kernels name their files in the folder they were compiled in, and a
     warm launch in another folder would tune every kernel again (:mod:`ffjobs.train.compile_cache`).
+    Under the root the trainer's default uses (node memory where it has room).
     """
     location = checkpoint_dir if "://" in checkpoint_dir else str(Path(checkpoint_dir).resolve())
     digest = hashlib.sha256(location.encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"ffjobs-bench-compiler-cache-{digest}"
+    return Path(local_caches_root()) / f"ffjobs-bench-compiler-cache-{digest}"
 
 
 def _launch(config: Any, args: argparse.Namespace, bench: dict, compiler_cache: Path) -> dict:
@@ -406,11 +408,19 @@ def _launch(config: Any, args: argparse.Namespace, bench: dict, compiler_cache: 
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compiler_cache / "inductor")
     os.environ["TRITON_CACHE_DIR"] = str(compiler_cache / "triton")
     try:
-        return launch_local(
+        report = launch_local(
             config, args.nproc, mode="bench", data=args.data, bench=bench, quiet_stdout=True
         )
+        # what the launch left in its local caches: the room they take on a node
+        report["local_compiler_cache_mb"] = _folder_bytes(compiler_cache) / 1e6
+        report["local_compiler_cache_root"] = str(compiler_cache.parent)
+        return report
     finally:
         shutil.rmtree(compiler_cache, ignore_errors=True)
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 def plain_path(config: Any, checkpoint_dir: str) -> Any:

@@ -80,8 +80,10 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
     tc = config.train
     env, device = compute_init(tc.backend, tc.init_timeout_s, tc.collective_timeout_s)
     if tc.compile:
+        from ffjobs.train.compile_cache import keep_local_caches_in_memory
         from ffjobs.train.regions import import_compiler
 
+        keep_local_caches_in_memory()
         import_compiler()  # with the other imports, before the trainer's clock starts
     try:
         dataset = build_train_dataset(config, job.data, env.world_size, job.quarantine)

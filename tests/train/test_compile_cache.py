@@ -169,3 +169,55 @@ def test_a_blob_loaded_into_another_local_cache_folder_says_its_kernels_are_tune
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "node-b"))
     with pytest.warns(UserWarning, match="benchmarked again.*TORCHINDUCTOR_CACHE_DIR"):
         compile_cache.load(store, compile_cache.CacheReport(), rank=1)
+
+
+def _filesystem(free_bytes: int, flags: int = 0) -> os.statvfs_result:
+    """What ``os.statvfs`` says of a file system with ``free_bytes`` free and mount ``flags``."""
+    return os.statvfs_result(
+        (4096, 4096, 1 << 30, free_bytes // 4096, free_bytes // 4096, 0, 0, 0, flags, 255)
+    )
+
+
+@pytest.mark.parametrize(
+    ("free_bytes", "flags", "in_memory"),
+    [
+        (8 << 30, 0, True),
+        (64 << 20, 0, False),  # a container's default /dev/shm: too small for the caches
+        (8 << 30, os.ST_NOEXEC, False),  # Triton's launchers could not be loaded from it
+        (8 << 30, os.ST_RDONLY, False),
+    ],
+)
+def test_local_caches_go_to_node_memory_only_where_it_can_take_them(
+    tmp_path, monkeypatch, free_bytes, flags, in_memory
+):
+    import tempfile
+
+    from ffjobs.train import compile_cache
+
+    monkeypatch.setattr(compile_cache, "NODE_MEMORY", str(tmp_path))
+    monkeypatch.setattr(compile_cache.os, "statvfs", lambda path: _filesystem(free_bytes, flags))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    compile_cache.keep_local_caches_in_memory()
+    root = str(tmp_path) if in_memory else tempfile.gettempdir()
+    folder = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    assert os.path.dirname(folder) == root
+    assert os.path.basename(folder).startswith("torchinductor_")  # Inductor's own name
+
+
+def test_without_node_memory_local_caches_stay_where_inductor_puts_them(tmp_path, monkeypatch):
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from ffjobs.train import compile_cache
+
+    monkeypatch.setattr(compile_cache, "NODE_MEMORY", str(tmp_path / "absent"))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    compile_cache.keep_local_caches_in_memory()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()
+
+
+def test_a_local_cache_folder_the_job_names_is_kept(tmp_path, monkeypatch):
+    from ffjobs.train import compile_cache
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    compile_cache.keep_local_caches_in_memory()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
