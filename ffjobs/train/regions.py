@@ -20,8 +20,8 @@ DDP module's Dynamo graph is split at its gradient buckets, which the capture do
 
 The saved captures are keyed by :func:`fingerprint` (torch version, the networks' source
 code, the model and training settings that shape the graphs): a capture of other code never
-runs. Loading them is most of a warm start (about 6 s of 10-12 s to the first step on one
-H200, torch 2.11), so :func:`offer_all` deserialises them on one background thread, in the
+runs. Loading them was most of a warm start (about 6 s of 10-12 s to the first step on one
+H200, torch 2.11, before the local caches moved to node memory), so :func:`offer_all` deserialises them on one background thread, in the
 order the step first calls the regions, while the main thread builds the rest of the trainer,
 waits for its first batch and runs the regions already loaded; a region's first call waits
 for its own captures only. The loads run inside the calls' autocast (``context``): the guards
@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -200,11 +201,44 @@ def _inductor_mode_options(mode: str) -> dict[str, Any]:
     return {k: v for k, v in list_mode_options(mode).items() if k != "triton.cudagraph_trees"}
 
 
-def import_compiler() -> None:
+def import_compiler(device: torch.device) -> threading.Thread:
     """Import torch's compiler stack now (3-4 s on one H200 host), as part of the process's
-    start, rather than inside the first compiled call."""
+    start, rather than inside the first compiled call; and start, on a thread of its own,
+    what the first compiled graph loaded on ``device`` would otherwise do first (returned)."""
     import torch._dynamo.aot_compile  # noqa: F401
     import torch._inductor.compile_fx  # noqa: F401
+
+    # on this thread, before any other starts: importing it sets up the CUDA graph trees'
+    # per-thread state in the importing thread only, and on torch 2.11 a CUDA graph then run
+    # on the main thread fails (``assert torch._C._is_key_in_tls``) when another thread (the
+    # warm-up, the region loader) imported it first
+    import torch._inductor.cudagraph_trees  # noqa: F401
+
+    warm_up = threading.Thread(
+        target=_first_use_of_compiler, args=(device,), name="ffjobs-compiler-warm-up", daemon=True
+    )
+    warm_up.start()
+    return warm_up
+
+
+def _first_use_of_compiler(device: torch.device) -> None:
+    """Once per process, ahead of the first load of a compiled graph (about 0.9 s of a warm
+    start's loading on one H200, torch 2.11): hash torch's and Triton's sources (the caches'
+    keys), and on a GPU build Triton's CUDA helper with the C compiler and ask the device's
+    target; the results are cached in the process, and a load that comes first does it all
+    itself. The thread's current device is the rank's: asking another device would open a
+    context on it."""
+    try:
+        from torch._inductor.codecache import torch_key
+
+        torch_key()
+        if device.type == "cuda":
+            from torch.utils._triton import triton_hash_with_backend
+
+            with torch.cuda.device(device):
+                triton_hash_with_backend()
+    except Exception:  # a head start, nothing more: the first load reports what fails
+        return
 
 
 def summary(regions: list[CompiledRegion]) -> str:

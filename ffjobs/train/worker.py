@@ -84,7 +84,7 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
         from ffjobs.train.regions import import_compiler
 
         keep_local_caches_in_memory()
-        import_compiler()  # with the other imports, before the trainer's clock starts
+        import_compiler(device)  # with the other imports, before the trainer's clock starts
     try:
         dataset = build_train_dataset(config, job.data, env.world_size, job.quarantine)
         tracked = env.rank == 0 and job.mode == "train"

@@ -168,3 +168,39 @@ def test_the_fingerprint_follows_the_settings():
 
     assert fingerprint({"precision": "bf16"}) == fingerprint({"precision": "bf16"})
     assert fingerprint({"precision": "bf16"}) != fingerprint({"precision": "fp32"})
+
+
+def test_the_compiler_is_imported_on_the_calling_thread_before_any_other_starts():
+    # CUDA graph trees keep per-thread state, made by the thread that imports them: the main
+    # thread must be the one (torch 2.11 fails a CUDA graph run on the main thread otherwise)
+    code = (
+        "import torch; from ffjobs.train.regions import import_compiler; "
+        "import_compiler(torch.device('cpu')); "
+        "print(torch._C._is_key_in_tls('tree_manager_containers'))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "True"
+
+
+def test_the_compiler_warm_up_runs_on_its_own_thread_and_never_fails_the_start(monkeypatch):
+    import torch._inductor.codecache
+
+    from ffjobs.train.regions import import_compiler
+
+    warm_up = import_compiler(torch.device("cpu"))
+    assert warm_up.name == "ffjobs-compiler-warm-up" and warm_up.daemon
+    warm_up.join(timeout=120)
+    assert not warm_up.is_alive()
+
+    def broken() -> bytes:
+        raise OSError("source folder unreadable")
+
+    monkeypatch.setattr(torch._inductor.codecache, "torch_key", broken)
+    errors = []
+    monkeypatch.setattr(threading, "excepthook", errors.append)
+    import_compiler(torch.device("cpu")).join(timeout=120)
+    assert errors == []  # the first compiled load computes it, and reports what fails
