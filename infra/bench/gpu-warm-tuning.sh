@@ -38,7 +38,7 @@ launch warm-data-1 75 --data dataset "${warm[@]}"
 SAMPLE=${STACKS:-} launch warm-memory-2 75 --data memory "${warm[@]}"
 launch warm-data-2 75 --data dataset "${warm[@]}"
 python - "$results" <<'PY'
-import json, pathlib, sys
+import json, pathlib, re, sys
 results = pathlib.Path(sys.argv[1])
 for name in ("cold", "warm-memory-1", "warm-data-1", "warm-memory-2", "warm-data-2"):
     try:
@@ -50,7 +50,13 @@ for name in ("cold", "warm-memory-1", "warm-data-1", "warm-memory-2", "warm-data
     tuned = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
     print(name, r["summary"], f"| {r['images_per_s']:.1f} img/s, process start "
           f"{r.get('process_start_s') or 0:.1f} s, trainer init {r['trainer_init_s']:.2f} s, "
-          f"{len(tuned)} kernels tuned ({sum(t['seconds'] for t in tuned):.1f} s)")
+          f"{len(tuned)} kernels tuned ({sum(t['seconds'] for t in tuned):.1f} s), local caches "
+          f"{r.get('local_compiler_cache_mb', 0):.0f} MB under {r.get('local_compiler_cache_root')}")
+    for times in sorted(results.glob(f"{name}.compile-times.*")):  # the compiler's timers
+        picked = re.findall(r"^(AOTAutogradCache.inductor_load|TritonBundler.read_and_emit|"
+                            r"PyCodeCache.load_by_key_path)\s+([\d.]+)", times.read_text(), re.M)
+        if picked:
+            print("    ", times.suffix[1:], ", ".join(f"{k} {v}" for k, v in picked))
     # rank 0's first-step line says how many region captures were loaded, and any region
     # whose loaded captures did not fit says why
     for line in (results / f"{name}.log").read_text().splitlines():
