@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ffjobs.models.config import ModelConfig
-from ffjobs.models.numerics import at_least_float32
+from ffjobs.models.numerics import at_least_float32, unit_rows
 
 
 def _normalise_and_modulate(x: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> Tensor:
@@ -150,9 +150,7 @@ class Generator(nn.Module):
         self.decoder = nn.Sequential(*decoder)
 
     def forward(self, target: Tensor, source_embedding: Tensor) -> Tensor:
-        embedding = F.normalize(at_least_float32(source_embedding), dim=1).to(
-            source_embedding.dtype
-        )
+        embedding = unit_rows(source_embedding).to(source_embedding.dtype)
         h = self.encoder(target)
         for block in self.bottleneck:
             h = block(h, embedding)

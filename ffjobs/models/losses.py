@@ -30,12 +30,13 @@ from torch import Tensor
 
 from ffjobs.models.config import LossWeights
 from ffjobs.models.discriminator import DiscriminatorOutput
-from ffjobs.models.numerics import at_least_float32
+from ffjobs.models.numerics import at_least_float32, unit_rows
 
 
 def identity_cosine(embedding_a: Tensor, embedding_b: Tensor) -> Tensor:
-    """Per-sample cosine similarity of two embedding batches, in at least float32."""
-    return F.cosine_similarity(at_least_float32(embedding_a), at_least_float32(embedding_b), dim=1)
+    """Per-sample cosine similarity of two embedding batches, in at least float32, at any
+    magnitude (see :func:`unit_rows`)."""
+    return (unit_rows(embedding_a) * unit_rows(embedding_b)).sum(dim=1)
 
 
 def identity_loss(fused_embedding: Tensor, source_embedding: Tensor) -> Tensor:

@@ -35,6 +35,25 @@ def test_identity_loss_is_one_minus_cosine():
     assert identity_loss(a, a.flip(1)).item() == pytest.approx(1.0)
 
 
+def test_identity_loss_holds_for_embeddings_whose_squares_overflow():
+    # A frozen iresnet50 with random weights embeds at about 1e26: squared, past float32's
+    # 3.4e38, where a plain normalisation returns zeros and the loss is 1 with no gradient.
+    torch.manual_seed(0)
+    fused = torch.randn(4, 16, requires_grad=True)
+    source = torch.randn(4, 16)
+    plain = identity_loss(fused, source)
+    (plain_grad,) = torch.autograd.grad(plain, fused)
+    huge = (fused.detach() * 1e26).requires_grad_()
+    loss = identity_loss(huge, source * 1e26)
+    (huge_grad,) = torch.autograd.grad(loss, huge)
+    # Scaling by 1e26 rounds each entry once (relative 6e-8) and the cosine of 16-entry rows
+    # sums 16 products: 1e-5 is two orders above what float32 rounding can move it.
+    assert loss.item() == pytest.approx(plain.item(), abs=1e-5)
+    # d loss / d(s x) = (d loss / d x) / s: the gradient scales back exactly, up to rounding
+    torch.testing.assert_close(huge_grad * 1e26, plain_grad, rtol=1e-4, atol=1e-6)
+    assert identity_loss(torch.zeros(2, 16), source[:2]).item() == 1.0  # zero rows stay zero
+
+
 def test_reconstruction_uses_same_identity_pairs_only():
     target = torch.zeros(2, 3, 4, 4)
     fused = torch.zeros(2, 3, 4, 4)

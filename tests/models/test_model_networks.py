@@ -66,6 +66,20 @@ def test_fused_output_depends_on_source_embedding():
     assert (a - b).abs().mean() > 1e-4
 
 
+def test_generator_conditions_on_the_direction_of_any_embedding():
+    # A random frozen iresnet50 embeds at about 1e26 (squares overflow float32): the generator
+    # still sees the embedding's direction, not the zeros a plain normalisation returns.
+    cfg = _small(64)
+    generator = build_generator(cfg)
+    target = torch.rand(1, 3, 64, 64)
+    embedding = torch.randn(1, cfg.identity_dim)
+    huge = generator(target, embedding * 1e26)
+    # scaling rounds each entry once (relative 6e-8); the unit vector and the fused image
+    # move by float32 rounding only, three orders below the tolerance
+    torch.testing.assert_close(huge, generator(target, embedding), rtol=0, atol=1e-4)
+    assert (huge - generator(target, torch.zeros_like(embedding))).abs().mean() > 1e-4
+
+
 def test_adain_matches_instance_norm_with_style():
     module = AdaptiveInstanceNorm(channels=4, identity_dim=6)
     x, embedding = torch.randn(3, 4, 5, 5), torch.randn(3, 6)
