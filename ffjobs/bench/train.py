@@ -94,13 +94,32 @@ def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int
     plus what the steps run during its write lost against the timed steps, averaged over the
     rounds. A first asynchronous save before them also allocates the reusable shared, pinned
     buffer and starts the writer process; it is reported apart.
+
+    The saves go to a folder of their own beside the run's checkpoints (the same storage),
+    removed afterwards: pointed at a real run's folder, the bench neither adds checkpoints a
+    resume would pick up nor prunes the run's own.
     """
+    from ffjobs.train.checkpoint import Checkpointer
+
+    folder = f"{trainer.checkpointer.location.rstrip('/')}/bench-checkpoint-cost-{os.getpid()}"
+    ckpt = Checkpointer(folder, keep=trainer.checkpointer.keep, s3=trainer.config.s3)
+    try:
+        return _checkpoint_cost(trainer, ckpt, interval, steps_during_write)
+    finally:
+        ckpt.close()
+        for name in ckpt.store.list():
+            ckpt.store.delete(name)
+        if "://" not in folder:
+            shutil.rmtree(folder, ignore_errors=True)  # and the writer's leftover temporaries
+
+
+def _checkpoint_cost(trainer: Any, ckpt: Any, interval: int, steps_during_write: int) -> dict:
     from ffjobs.train.checkpoint import data_name
 
-    ckpt, step = trainer.checkpointer, trainer.step
     step_time = trainer.meter.window().step_time_s
     ckpt.save(trainer.step, trainer.state_dict(), trainer.rank_state())
     sync = ckpt.timings[-1] if ckpt.timings else None
+    size = ckpt.store.size(data_name(trainer.step)) if sync is not None else None
     ckpt.save(trainer.step, trainer.state_dict(), trainer.rank_state(), asynchronous=True)
     first_background = ckpt.timings[-1] if ckpt.timings else None
     ckpt.wait()
@@ -143,7 +162,7 @@ def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int
         "checkpoint_write_outlasted_steps": outlasted,
         "checkpoint_async_lost_s": lost,
         "checkpoint_async_rounds": rounds,
-        "checkpoint_bytes": ckpt.store.size(data_name(step)),
+        "checkpoint_bytes": size,
         "checkpoint_interval": interval,
         "checkpoint_async": trainer.tc.async_checkpoint,
         "checkpoint_blocked_s": chosen,

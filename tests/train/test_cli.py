@@ -85,3 +85,20 @@ def test_bench_train_reports_throughput_mfu_and_exposed_comm(tmp_path, capsys, n
     assert len(report["checkpoint_async_rounds"]) == 3  # the share is their mean
     assert 0 < report["checkpoint_blocked_fraction"] < 1
     assert not (tmp_path / "ckpt").exists()  # a benchmark never writes checkpoints
+
+
+def test_bench_train_leaves_the_checkpoints_of_the_run_it_is_pointed_at(tmp_path, capsys):
+    # --checkpoint-dir names a run's folder (for its compile cache); the checkpoint cost is
+    # measured beside it: no checkpoint a resume would pick up is added, none of the run's pruned
+    from ffjobs.train.checkpoint import Checkpointer
+
+    run = tmp_path / "run"
+    Checkpointer(str(run)).save(1, {"weights": [1.0, 2.0]}, {"rng": 0})
+    before = sorted(p.name for p in run.iterdir())
+    args = ["bench", "train", "--nproc", "1", "--warmup", "1", "--steps", "2", "--no-peak"]
+    # the bench's saves are at later steps than the run's: kept by step, they would prune it
+    assert main([*args, "--json", "--checkpoint-dir", str(run), *_tiny_args(tmp_path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["checkpoint_bytes"] > 0 and len(report["checkpoint_async_rounds"]) == 3
+    assert sorted(p.name for p in run.iterdir()) == before
+    assert Checkpointer(str(run)).steps() == [1] and Checkpointer(str(run)).verify(1)[0]
