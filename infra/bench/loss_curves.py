@@ -1,41 +1,61 @@
-"""A short run of a preset against bf16 eager, loss by loss, in one call: are its numerics honest?
+"""Short runs of a preset against bf16 eager, loss by loss, in one call: are its numerics honest?
 
-Four launches of ``--steps`` steps on ``--data memory`` (random pairs), one rank each, from
-fresh checkpoint folders:
+For each of ``--seeds`` seeds (``train.seed`` + 0, 1, ...), two launches of ``--steps`` steps on
+``--data memory`` (random pairs), one rank each, from fresh checkpoint folders:
 
 * ``preset``: as configured (on train-256: bf16, channels_last, compiled, CUDA graphs);
-* ``eager``: the same with ``train.compile=false``; same seed, so the same initial weights
-  and the same batches;
-* ``eager, seed+1`` and ``eager, seed+2``: eager from other initial weights and batches: how
-  far loss curves of the same code lie apart anyway (a GAN's curves part within tens of steps).
+* ``eager``: the same with ``train.compile=false``: same seed, so the same initial weights and
+  the same batches;
 
-For each loss, the mean over the log windows (``train.log_every`` steps each) of the preset's
-distance to eager, beside the three distances between the eager runs: the preset is "within
-noise" where its distance is no larger than the largest of those. The first window's values
-show how closely the preset tracks eager before the curves part. JSON on stdout (the curves
-too), a summary on stderr.
+and ``eager 0 again``: eager at the first seed with ``train.cudnn_benchmark=false``: the same
+arithmetic through cuDNN's default algorithms, so it differs from ``eager 0`` by rounding only.
 
-    python infra/bench/loss_curves.py [--config train-256] [--steps 300] [--log-every N]
+A GAN's curves part within tens of steps whatever the arithmetic (Adam's first updates are
+about ``lr`` times the sign of each gradient, and rounding flips the sign of small ones), so
+"within noise" is judged on the window means (``train.log_every`` steps) against that:
+
+* ``same seed``: the mean distance of preset to eager at the same seed, beside eager's to
+  ``eager 0 again`` (rounding alone) and, with two seeds or more, the mean distance between
+  eager runs of different seeds; within noise where it is no larger than the larger of those;
+* ``level`` (two seeds or more): each run's mean over all windows; the difference of the
+  preset's and eager's averages over the seeds, in standard errors (Welch's t). Within noise
+  below 3: with three seeds each, t has about 4 degrees of freedom and its two-sided 5% point
+  is 2.78.
+
+``--out FILE`` is rewritten after each launch (what finished survives a time limit); the
+summary goes to stderr. ``--log-every 1`` makes the first window step 1, where preset and eager
+share weights and batch.
+
+    python infra/bench/loss_curves.py [--config train-256] [--steps 300] [--seeds 3]
+        [--log-every N] --out FILE
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
 from itertools import combinations
+from pathlib import Path
 
 from ffjobs.config import load_config, resolve_preset
 from ffjobs.models.prepare import ensure_demo_inputs
 from ffjobs.train.launch import launch_local
 
+LEVEL_T = 3.0
+"""Welch's t above which the preset's loss level differs from eager's (see the docstring)."""
 
-def curves(args: argparse.Namespace, compile_: bool, seed_offset: int, folder: str) -> dict:
+
+def curves(
+    args: argparse.Namespace, compile_: bool, seed_offset: int, folder: str, benchmark: bool
+) -> dict:
     config = load_config(resolve_preset(args.config))
     tc = config.train
     tc.steps, tc.compile, tc.seed = args.steps, compile_, tc.seed + seed_offset
+    tc.cudnn_benchmark = tc.cudnn_benchmark and benchmark
     tc.log_every = args.log_every or tc.log_every
     tc.warmup_steps = min(tc.warmup_steps, args.steps)
     tc.checkpoint_dir, tc.resume, tc.progress = folder, False, False
@@ -55,51 +75,78 @@ def mean_distance(a: list[float], b: list[float]) -> float:
     return sum(abs(x - y) for x, y in zip(a, b, strict=True)) / len(a)
 
 
+def welch_t(a: list[float], b: list[float]) -> float:
+    error = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
+    return (statistics.fmean(a) - statistics.fmean(b)) / error if error else 0.0
+
+
+def compare(runs: dict[str, dict], seeds: int) -> dict:
+    """Per loss: the same-seed and the level comparison of the module docstring."""
+    names = [k for k in runs["preset 0"] if k.startswith("loss/")]
+    compared = {}
+    for name in names:
+        curve = {run: values[name] for run, values in runs.items()}
+        same_seed = [mean_distance(curve[f"preset {s}"], curve[f"eager {s}"]) for s in range(seeds)]
+        noise = {"rounding": mean_distance(curve["eager 0"], curve["eager 0 again"])}
+        if seeds >= 2:
+            noise["between_seeds"] = statistics.fmean(
+                mean_distance(curve[f"eager {a}"], curve[f"eager {b}"])
+                for a, b in combinations(range(seeds), 2)
+            )
+        c = {
+            "preset_to_eager_same_seed": statistics.fmean(same_seed),
+            "noise": noise,
+            "first_window": {run: values[0] for run, values in curve.items()},
+        }
+        if seeds >= 2:
+            c["levels"] = {
+                kind: [statistics.fmean(curve[f"{kind} {s}"]) for s in range(seeds)]
+                for kind in ("preset", "eager")
+            }
+            c["level_t"] = welch_t(c["levels"]["preset"], c["levels"]["eager"])
+        compared[name] = c
+    return compared
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="train-256")
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument(
-        "--log-every",
-        type=int,
-        default=0,
-        help="steps per window (default: the preset's train.log_every); 1 makes the first "
-        "window step 1, where preset and eager start from the same weights and batch",
-    )
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--log-every", type=int, default=0, help="default: the preset's")
+    parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    eager = ("eager", "eager, seed+1", "eager, seed+2")
-    runs = {}
-    for name, compile_, offset in (
-        ("preset", True, 0),
-        *((e, False, i) for i, e in enumerate(eager)),
-    ):
+    if args.seeds < 1:
+        parser.error("--seeds must be >= 1")
+    launches = [("preset 0", True, 0, True), ("eager 0", False, 0, True)]
+    launches.append(("eager 0 again", False, 0, False))
+    for seed in range(1, args.seeds):
+        launches += [(f"preset {seed}", True, seed, True), (f"eager {seed}", False, seed, True)]
+    runs: dict[str, dict] = {}
+    for name, compile_, seed, benchmark in launches:
         with tempfile.TemporaryDirectory(prefix="ffjobs-loss-curves-") as folder:
-            runs[name] = curves(args, compile_, offset, folder)
-    names = [k for k in runs["preset"] if k.startswith("loss/")]
-    compared = {
-        name: {
-            "preset_to_eager": mean_distance(runs["preset"][name], runs["eager"][name]),
-            "between_eager_seeds": [
-                mean_distance(runs[a][name], runs[b][name]) for a, b in combinations(eager, 2)
-            ],
-            "first_window": {run: runs[run][name][0] for run in runs},
-        }
-        for name in names
-    }
-    json.dump(
-        {"config": args.config, "steps": args.steps, "runs": runs, "compared": compared}, sys.stdout
-    )
-    windows = len(runs["preset"]["steps"])
+            runs[name] = curves(args, compile_, seed, folder, benchmark)
+        args.out.write_text(json.dumps({"config": args.config, "steps": args.steps, "runs": runs}))
+    compared = compare(runs, args.seeds)
+    report = {"config": args.config, "steps": args.steps, "runs": runs, "compared": compared}
+    args.out.write_text(json.dumps(report))
+    windows = len(runs["preset 0"]["steps"])
+    print(f"{args.seeds} seed(s), {windows} windows over {args.steps} steps", file=sys.stderr)
     for name, c in compared.items():
-        noise = max(c["between_eager_seeds"])
-        verdict = "within noise" if c["preset_to_eager"] <= noise else "OUTSIDE"
-        first = ", ".join(f"{run} {value:.4f}" for run, value in c["first_window"].items())
-        print(
-            f"{name}: preset vs eager {c['preset_to_eager']:.4f}, between eager seeds "
-            + " / ".join(f"{d:.4f}" for d in c["between_eager_seeds"])
-            + f" (mean over {windows} windows): {verdict}; first window: {first}",
-            file=sys.stderr,
+        noise = " / ".join(f"{kind} {value:.4f}" for kind, value in c["noise"].items())
+        close = c["preset_to_eager_same_seed"] <= max(c["noise"].values())
+        line = (
+            f"{name}: preset to eager, same seed {c['preset_to_eager_same_seed']:.4f}; "
+            f"noise: {noise} ({'within noise' if close else 'OUTSIDE'})"
         )
+        if "level_t" in c:
+            level = abs(c["level_t"]) < LEVEL_T
+            line += (
+                f"; level preset {statistics.fmean(c['levels']['preset']):.4f} vs eager "
+                f"{statistics.fmean(c['levels']['eager']):.4f}, t {c['level_t']:+.2f} "
+                f"({'within noise' if level else 'OUTSIDE'})"
+            )
+        print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":
