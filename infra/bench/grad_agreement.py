@@ -1,0 +1,121 @@
+"""The compiled preset's gradients against bf16 eager's at the same weights and batch, step by step.
+
+Three trainers in one process, on one device, from the same seed:
+
+* ``preset``: as configured, compiled (on train-256: bf16, channels_last, CUDA graphs);
+* ``eager``: the same with ``train.compile=false``;
+* ``eager again``: eager with ``train.cudnn_benchmark=false``: the same arithmetic through
+  cuDNN's default algorithms, so it differs from ``eager`` by rounding alone.
+
+Before each step eager's weights are copied into the other two (in place: CUDA graphs keep
+their addresses), all three take the same batch, and each network's gradients (after the
+step's clipping, which scales them as a whole) are compared with eager's: cosine and the norm
+of the difference relative to eager's. Rounding keeps the cosine near 1; a compiled path that
+computed something else (a stale capture, a lost term) falls far below ``eager again``. The
+steps after the first few replay the preset's CUDA graphs. Loss curves cannot show this: a
+GAN's curves part within tens of steps whatever the arithmetic (infra/bench/loss_curves.py).
+
+    python infra/bench/grad_agreement.py [--config train-256] [--steps 20] --out FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from ffjobs.config import load_config, resolve_preset
+from ffjobs.models.prepare import ensure_demo_inputs
+from ffjobs.train.distributed import compute_init
+from ffjobs.train.trainer import Trainer
+from ffjobs.train.worker import build_train_dataset
+
+KINDS = {
+    "preset": {"compile": True},
+    "eager": {"compile": False},
+    "eager again": {"compile": False, "cudnn_benchmark": False},
+}
+
+
+def gradients(trainer: Trainer, network: str) -> torch.Tensor:
+    module = trainer.g_module if network == "generator" else trainer.d_module
+    return torch.cat(
+        [p.grad.detach().double().flatten() for p in module.parameters() if p.grad is not None]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="train-256")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    base = load_config(resolve_preset(args.config))
+    ensure_demo_inputs(base)  # the identity encoder's weights, where the preset names them
+    env, device = compute_init(base.train.backend)
+    if base.train.compile:
+        from ffjobs.train.compile_cache import keep_local_caches_in_memory
+        from ffjobs.train.regions import import_compiler
+
+        keep_local_caches_in_memory()
+        import_compiler(device)
+    dataset = build_train_dataset(base, "memory", 1)
+    trainers = {}
+    with tempfile.TemporaryDirectory(prefix="ffjobs-grad-agreement-") as scratch:
+        for kind, changes in KINDS.items():
+            config = load_config(resolve_preset(args.config))
+            for key, value in {"resume": False, "progress": False, **changes}.items():
+                setattr(config.train, key, value)
+            trainers[kind] = Trainer(
+                config, env, device, dataset, checkpoint_dir=f"{scratch}/{kind.replace(' ', '-')}"
+            )
+        eager = trainers["eager"]
+        steps = []
+        for step in range(1, args.steps + 1):
+            batch = eager.data.next()
+            with torch.no_grad():
+                for trainer in trainers.values():
+                    if trainer is not eager:
+                        for network in ("g_module", "d_module"):
+                            ours, theirs = getattr(trainer, network), getattr(eager, network)
+                            for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+                                a.copy_(b)
+            losses = {kind: trainer.train_step([batch]) for kind, trainer in trainers.items()}
+            row = {"step": step}
+            for network in ("generator", "discriminator"):
+                reference = gradients(eager, network)
+                for kind in ("preset", "eager again"):
+                    other = gradients(trainers[kind], network)
+                    row[f"{kind}/{network}/cosine"] = float(
+                        torch.nn.functional.cosine_similarity(other, reference, dim=0)
+                    )
+                    row[f"{kind}/{network}/relative_difference"] = float(
+                        (other - reference).norm() / reference.norm()
+                    )
+            for kind in ("preset", "eager again"):
+                row[f"{kind}/loss_difference"] = max(
+                    abs(float(losses[kind][name]) - float(losses["eager"][name]))
+                    for name in losses["eager"]
+                )
+            steps.append(row)
+            args.out.write_text(json.dumps({"config": args.config, "steps": steps}))
+            print(json.dumps(row), file=sys.stderr)
+    for kind in ("preset", "eager again"):
+        for network in ("generator", "discriminator"):
+            gap = [1 - r[f"{kind}/{network}/cosine"] for r in steps]
+            rel = [r[f"{kind}/{network}/relative_difference"] for r in steps]
+            print(
+                f"{kind} vs eager, {network}: 1 - gradient cosine median {statistics.median(gap):.2e} "
+                f"max {max(gap):.2e}; relative difference median {statistics.median(rel):.4f} "
+                f"max {max(rel):.4f}",
+                file=sys.stderr,
+            )
+
+
+if __name__ == "__main__":
+    main()
