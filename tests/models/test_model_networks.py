@@ -8,7 +8,11 @@ from model_test_helpers import well_conditioned
 
 from ffjobs.models import ModelConfig, build, build_discriminator, build_generator
 from ffjobs.models.generator import AdaptiveInstanceNorm
-from ffjobs.models.identity import IdentityEncoder, build_identity_encoder
+from ffjobs.models.identity import (
+    IdentityEncoder,
+    build_identity_backbone,
+    build_identity_encoder,
+)
 from ffjobs.models.iresnet import iresnet
 
 
@@ -64,6 +68,22 @@ def test_fused_output_depends_on_source_embedding():
     a = generator(target, torch.randn(1, cfg.identity_dim))
     b = generator(target, torch.randn(1, cfg.identity_dim))
     assert (a - b).abs().mean() > 1e-4
+
+
+def test_a_random_identity_encoder_holds_its_own_activation_statistics():
+    # Fresh batch norms (mean 0, variance 1) let each block of a random iresnet50 multiply its
+    # input (4e9 here, 1e26 at full width); calibrated on its own activations, as training
+    # would leave them, the embeddings stay of the order of one.
+    cfg = _small(64, identity_arch="iresnet50", identity_width=0.25, identity_input_size=32)
+    images = torch.rand(4, 3, 64, 64) * 2 - 1
+    torch.manual_seed(0)
+    uncalibrated = IdentityEncoder(build_identity_backbone(cfg), cfg.identity_input_size)
+    after_backbone = torch.rand(1)
+    torch.manual_seed(0)
+    encoder = build_identity_encoder(cfg)
+    assert torch.rand(1) == after_backbone  # its images do not draw from the global stream
+    assert uncalibrated(images).abs().max() > 1e6
+    assert encoder(images).abs().max() < 100
 
 
 def test_generator_conditions_on_the_direction_of_any_embedding():
