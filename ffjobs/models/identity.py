@@ -197,12 +197,12 @@ def calibrate_batchnorm(backbone: IResNet, input_size: int) -> IResNet:
 
     Training leaves each batch norm holding the mean and variance of what reaches it; fresh
     ones hold 0 and 1, so in eval mode every block of a random iresnet50 multiplies its input
-    and the embeddings reach about 1e26. Gradients through such a network are rounding noise
-    in bf16: on the train-256 preset, compiled and eager bf16 steps from the same weights and
-    batch gave the generator gradients with a cosine of 0.8 to each other (the discriminator's:
-    0.99999). One forward pass in training mode over random images in [-1, 1] sets the
-    statistics (cumulative averages); the images come from a generator of their own, so the
-    global random stream, and every weight drawn after this, are as before.
+    and the embeddings reach about 1e26 (whose squares overflow float32, see
+    :func:`ffjobs.models.numerics.unit_rows`): an encoder like no trained one. One forward pass
+    in training mode over random images in [-1, 1] sets the statistics (cumulative averages);
+    afterwards embeddings are of the order of one and those of different random images have
+    cosines of about 0.2. The images come from a generator of their own, so the global random
+    stream, and every weight drawn after this, are as before.
     """
     weight = next(backbone.parameters())
     if weight.device.type == "meta":  # shapes only (FLOP counts): no values to calibrate
