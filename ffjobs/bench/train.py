@@ -107,10 +107,11 @@ def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int
         return _checkpoint_cost(trainer, ckpt, interval, steps_during_write)
     finally:
         ckpt.close()
-        for name in ckpt.store.list():
-            ckpt.store.delete(name)
-        if "://" not in folder:
-            shutil.rmtree(folder, ignore_errors=True)  # and the writer's leftover temporaries
+        if "://" in folder:
+            for name in ckpt.store.list():
+                ckpt.store.delete(name)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)  # the writer's temporaries with the rest
 
 
 def _checkpoint_cost(trainer: Any, ckpt: Any, interval: int, steps_during_write: int) -> dict:
