@@ -84,11 +84,14 @@ def _train_identity(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
+    import torch
+
     from ffjobs.models import build
     from ffjobs.models.flops import training_flops_per_image
 
     config = config_from_args(args)
-    models = build(config.model, load_identity_weights=False)
+    with torch.device("meta"):  # shapes are all it counts: no weights drawn, none calibrated
+        models = build(config.model, load_identity_weights=False)
     params = {
         name: sum(p.numel() for p in net.parameters())
         for name, net in zip(models._fields, models, strict=True)

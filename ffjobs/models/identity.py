@@ -182,10 +182,10 @@ def build_identity_encoder(
     """The frozen encoder ``cfg`` describes, with ``cfg.identity_weights`` loaded if set
     (``section``: the config section those settings came from, for error messages)."""
     backbone = build_identity_backbone(cfg)
-    if load_weights and cfg.identity_weights:
-        load_identity_weights(backbone, cfg.identity_weights, cfg.identity_arch, section)
-    else:
+    if cfg.identity_weights is None:  # random by configuration: it stands in for a trained one
         calibrate_batchnorm(backbone, cfg.identity_input_size)
+    elif load_weights:
+        load_identity_weights(backbone, cfg.identity_weights, cfg.identity_arch, section)
     return IdentityEncoder(backbone, cfg.identity_input_size)
 
 
