@@ -72,6 +72,16 @@ def flops_per_image(config: Config) -> float | None:
         return None
 
 
+def prepare_compiler(device: torch.device) -> None:
+    """What a compiling rank does before its trainer: local caches in node memory, the
+    compiler imported (and its first use begun) on this thread."""
+    from ffjobs.train.compile_cache import keep_local_caches_in_memory
+    from ffjobs.train.regions import import_compiler
+
+    keep_local_caches_in_memory()
+    import_compiler(device)
+
+
 def run_rank(job: TrainJob) -> dict[str, Any]:
     """Run this process's rank of ``job`` to the end; returns the result (meaningful on rank 0)."""
     from ffjobs.train.trainer import Trainer
@@ -80,11 +90,7 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
     tc = config.train
     env, device = compute_init(tc.backend, tc.init_timeout_s, tc.collective_timeout_s)
     if tc.compile:
-        from ffjobs.train.compile_cache import keep_local_caches_in_memory
-        from ffjobs.train.regions import import_compiler
-
-        keep_local_caches_in_memory()
-        import_compiler(device)  # with the other imports, before the trainer's clock starts
+        prepare_compiler(device)  # with the other imports, before the trainer's clock starts
     try:
         dataset = build_train_dataset(config, job.data, env.world_size, job.quarantine)
         tracked = env.rank == 0 and job.mode == "train"

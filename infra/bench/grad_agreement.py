@@ -35,7 +35,7 @@ from ffjobs.config import load_config, resolve_preset
 from ffjobs.models.prepare import ensure_demo_inputs
 from ffjobs.train.distributed import compute_init
 from ffjobs.train.trainer import Trainer
-from ffjobs.train.worker import build_train_dataset
+from ffjobs.train.worker import build_train_dataset, prepare_compiler
 
 KINDS = {
     "preset": {"compile": True},
@@ -63,12 +63,7 @@ def main() -> None:
     base = load_config(resolve_preset(args.config), args.set)
     ensure_demo_inputs(base)  # the identity encoder's weights, where the preset names them
     env, device = compute_init(base.train.backend)
-    if base.train.compile:
-        from ffjobs.train.compile_cache import keep_local_caches_in_memory
-        from ffjobs.train.regions import import_compiler
-
-        keep_local_caches_in_memory()
-        import_compiler(device)
+    prepare_compiler(device)  # the preset's trainer compiles whatever the config says
     dataset = build_train_dataset(base, "memory", 1)
     trainers = {}
     with tempfile.TemporaryDirectory(prefix="ffjobs-grad-agreement-") as scratch:
