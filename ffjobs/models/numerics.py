@@ -1,4 +1,5 @@
-"""The precision the models compute their statistics and losses in, and unit vectors that never overflow."""
+"""The precision the models compute their statistics and losses in; unit vectors that never
+overflow."""
 
 from __future__ import annotations
 
