@@ -5,15 +5,14 @@
 #   cold          --data dataset, folder D gets the compile cache; warm: --data memory from D
 #   grads         grad_agreement.py --steps 10: gradients at the same weights and batch
 #   loss          loss_curves.py --steps 200 --seeds 3: loss levels over seeds (Welch's t)
-# Writes OUTDIR/numerics/ (machine.txt, NAME.out: stdout, NAME.log: stderr, times.txt, grads.json,
-# loss.json); loss gets the call's remaining time and loss.json keeps the launches that finished.
+# Writes OUTDIR/numerics.tgz, remade after each step so that a call cut short keeps what finished
+# (numerics/: machine.txt, NAME.out: stdout, NAME.log: stderr, times.txt, grads.json, loss.json);
+# loss gets the call's remaining time and loss.json keeps the launches that finished.
 #   usage: infra/bench/gpu-numerics.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . infra/bench/machine.sh
 bench_start numerics "${1:-}"
-results="$out/numerics"
-mkdir -p "$results" && mv "$work/numerics/machine.txt" "$results/"
 
 jpeg_set "$results/dataset.log"
 
@@ -22,6 +21,7 @@ step() {  # step NAME SECONDS COMMAND ...: stdout to NAME.out, stderr to NAME.lo
   local started=$SECONDS
   PYTHONPATH=$PWD timeout "$limit" "$@" >"$results/$name.out" 2>"$results/$name.log"
   echo "$name: exit $? in $((SECONDS - started)) s" | tee -a "$results/times.txt"
+  tar czf "$out/numerics.tgz" -C "$work" numerics
 }
 
 step calibrate 60 python -c "
@@ -39,7 +39,9 @@ step cold 200 "${bench[@]}" --data dataset --no-peak --checkpoint-dir "$work/D"
 step warm 75 "${bench[@]}" --data memory --no-peak --no-checkpoint --checkpoint-dir "$work/D"
 step grads 150 python infra/bench/grad_agreement.py --config train-256 --steps 10 \
   --out "$results/grads.json"
-step loss $((570 - SECONDS)) python infra/bench/loss_curves.py --config train-256 --steps 200 --seeds 3 \
+left=$((570 - SECONDS))  # what the call has left; under a minute, no loss curve is worth starting
+[ "$left" -ge 60 ] || { echo "loss: skipped, $left s left" | tee -a "$results/times.txt"; left=0; }
+[ "$left" -eq 0 ] || step loss "$left" python infra/bench/loss_curves.py --config train-256 --steps 200 --seeds 3 \
   --out "$results/loss.json"
 for name in calibrate cold warm; do
   python - "$results/$name.out" <<'PY'
