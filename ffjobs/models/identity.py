@@ -212,8 +212,15 @@ def calibrate_batchnorm(backbone: IResNet, input_size: int) -> IResNet:
     for norm in norms:
         norm.reset_running_stats()
         norm.momentum = None  # a cumulative average: exactly this pass's statistics
-    images = torch.rand(
-        CALIBRATION_IMAGES, 3, input_size, input_size, generator=torch.Generator().manual_seed(0)
+    images = torch.rand(  # on the host, whatever the default device (the trainer builds
+        # models inside `with device:`, where a host generator cannot draw): the same images
+        # on every device, moved to the weights' below
+        CALIBRATION_IMAGES,
+        3,
+        input_size,
+        input_size,
+        generator=torch.Generator().manual_seed(0),
+        device="cpu",
     )
     backbone.train()
     with torch.no_grad():

@@ -12,6 +12,7 @@ from ffjobs.models.identity import (
     IdentityEncoder,
     build_identity_backbone,
     build_identity_encoder,
+    calibrate_batchnorm,
 )
 from ffjobs.models.iresnet import iresnet
 
@@ -84,6 +85,22 @@ def test_a_random_identity_encoder_holds_its_own_activation_statistics():
     assert torch.rand(1) == after_backbone  # its images do not draw from the global stream
     assert uncalibrated(images).abs().max() > 1e6
     assert encoder(images).abs().max() < 100
+
+
+def test_calibration_draws_the_same_images_inside_a_default_device_context():
+    # The trainer builds its models inside `with device:`; there a host generator cannot draw
+    # on the GPU (a CUDA error), and on the meta device it draws shapes without values. Meta
+    # stands in for the GPU here: the statistics must be those of a build outside any context,
+    # bit for bit (same images, same weights, same kernels).
+    cfg = _small(64, identity_arch="iresnet50", identity_width=0.25, identity_input_size=32)
+    torch.manual_seed(0)
+    plain = calibrate_batchnorm(build_identity_backbone(cfg), cfg.identity_input_size)
+    torch.manual_seed(0)
+    backbone = build_identity_backbone(cfg)
+    with torch.device("meta"):
+        calibrate_batchnorm(backbone, cfg.identity_input_size)
+    for key, value in plain.state_dict().items():
+        assert torch.equal(backbone.state_dict()[key], value), key
 
 
 def test_generator_conditions_on_the_direction_of_any_embedding():
