@@ -10,10 +10,18 @@ restarting a rank's workers every epoch stalled training for seconds. Persistent
 their own copy of the dataset, so the epoch cannot be set on the main process's copy; instead
 every sampled index travels as ``(epoch, index)`` and the worker sets the epoch on its copy
 before loading the item (:class:`EpochTaggedSampler`, :class:`EpochTaggedDataset`).
+
+A stop signal is the rank's, not its workers': SLURM signals every process of a job step
+(``scancel``, the time-limit and pre-emption warnings), and so does ``timeout`` to its process
+group. A worker that died of it would make the rank's next batch, or the loader's SIGCHLD
+handler in the middle of the stop checkpoint, raise. Workers ignore the stop signals
+(:func:`ignore_stop_signals`) and end when the rank shuts the loader down or dies (each worker
+watches its parent); SIGKILL still ends them.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +29,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ffjobs.data.sampler import ResumableDistributedSampler
+from ffjobs.train.stop import STOP_SIGNALS
+
+
+def ignore_stop_signals(_worker_id: int) -> None:
+    """A loader worker's start: the stop signals are left to the rank (module docstring)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 class RandomPairs(Dataset):
@@ -153,6 +168,7 @@ class BatchStream:
             drop_last=True,
             persistent_workers=workers,
             prefetch_factor=self.prefetch_factor if workers else None,
+            worker_init_fn=ignore_stop_signals,
             # the loader draws its worker seed from this generator, not from the global RNG,
             # so (re)starting it on resume leaves the training RNG stream untouched
             generator=torch.Generator().manual_seed(self.seed * 1_009 + self.rank),

@@ -4,6 +4,7 @@ resume from the consumed position (not the prefetched one)."""
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from torch.utils.data import Dataset
 
 from ffjobs.train.data import BatchStream, RandomPairs
 from ffjobs.train.prefetch import DevicePrefetcher
+from ffjobs.train.stop import STOP_SIGNALS
 
 
 class EpochEcho(Dataset):
@@ -37,6 +39,21 @@ class EpochEcho(Dataset):
 
 def _stream(num_workers: int = 0, length: int = 16) -> BatchStream:
     return BatchStream(EpochEcho(length), 4, rank=0, world_size=1, seed=3, num_workers=num_workers)
+
+
+def test_workers_outlive_the_stop_signals_slurm_sends_every_process_of_a_step():
+    # scancel and SLURM's --signal reach the loader's workers too; the rank is to checkpoint
+    # and stop, so its next batches must still come (a dead worker raises in the rank)
+    stream, straight = _stream(num_workers=2, length=32), _stream(num_workers=0, length=32)
+    first = stream.next()
+    workers = stream._iterator._workers  # the loader's worker processes
+    for worker in workers:
+        for sig in STOP_SIGNALS:
+            os.kill(worker.pid, sig)
+    batches = [first] + [stream.next() for _ in range(11)]  # into the next epochs, too
+    assert _indices(batches) == _indices([straight.next() for _ in range(12)])
+    assert all(worker.is_alive() for worker in workers)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the rank's own are untouched
 
 
 def _indices(batches: list[dict]) -> list[list[int]]:
