@@ -22,8 +22,8 @@ about ``lr`` times the sign of each gradient, and rounding flips the sign of sma
   below 3: with three seeds each, t has about 4 degrees of freedom and its two-sided 5% point
   is 2.78.
 
-``--out FILE`` is rewritten after each launch (what finished survives a time limit); the
-summary goes to stderr. ``--log-every 1`` makes the first window step 1, where preset and eager
+``--out FILE`` is rewritten after each launch, with the comparison over the seeds whose two
+launches finished (what finished survives a time limit); the summary goes to stderr. ``--log-every 1`` makes the first window step 1, where preset and eager
 share weights and batch.
 
     python infra/bench/loss_curves.py [--config train-256] [--steps 300] [--seeds 3]
@@ -80,8 +80,20 @@ def welch_t(a: list[float], b: list[float]) -> float:
     return (statistics.fmean(a) - statistics.fmean(b)) / error if error else 0.0
 
 
-def compare(runs: dict[str, dict], seeds: int) -> dict:
-    """Per loss: the same-seed and the level comparison of the module docstring."""
+def finished_seeds(runs: dict[str, dict]) -> int:
+    """How many seeds, from the first, have both launches (and seed 0 its rerun) finished."""
+    if "eager 0 again" not in runs:
+        return 0
+    seeds = 0
+    while f"preset {seeds}" in runs and f"eager {seeds}" in runs:
+        seeds += 1
+    return seeds
+
+
+def compare(runs: dict[str, dict]) -> dict:
+    """Per loss: the same-seed and the level comparison of the module docstring, over the
+    :func:`finished_seeds` (at least one)."""
+    seeds = finished_seeds(runs)
     names = [k for k in runs["preset 0"] if k.startswith("loss/")]
     compared = {}
     for name in names:
@@ -126,10 +138,11 @@ def main() -> None:
     for name, compile_, seed, benchmark in launches:
         with tempfile.TemporaryDirectory(prefix="ffjobs-loss-curves-") as folder:
             runs[name] = curves(args, compile_, seed, folder, benchmark)
-        args.out.write_text(json.dumps({"config": args.config, "steps": args.steps, "runs": runs}))
-    compared = compare(runs, args.seeds)
-    report = {"config": args.config, "steps": args.steps, "runs": runs, "compared": compared}
-    args.out.write_text(json.dumps(report))
+        report = {"config": args.config, "steps": args.steps, "runs": runs}
+        if finished_seeds(runs):
+            report |= {"seeds": finished_seeds(runs), "compared": compare(runs)}
+        args.out.write_text(json.dumps(report))
+    compared = report["compared"]
     windows = len(runs["preset 0"]["steps"])
     print(f"{args.seeds} seed(s), {windows} windows over {args.steps} steps", file=sys.stderr)
     for name, c in compared.items():
