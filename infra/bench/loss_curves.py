@@ -22,12 +22,17 @@ about ``lr`` times the sign of each gradient, and rounding flips the sign of sma
   below 3: with three seeds each, t has about 4 degrees of freedom and its two-sided 5% point
   is 2.78.
 
+With ``--fp32``, each seed also gets ``fp32``: eager in fp32 (TF32 matmuls and convolutions
+on CUDA, as the trainer sets them), the arithmetic both bf16 paths round. Each bf16 path's
+level is then tested against fp32's (Welch's t): where the preset's level differs from eager's,
+this says which of the two is nearer fp32.
+
 ``--out FILE`` is rewritten after each launch, with the comparison over the seeds whose two
 launches finished (what finished survives a time limit); the summary goes to stderr. ``--log-every 1`` makes the first window step 1, where preset and eager
 share weights and batch.
 
     python infra/bench/loss_curves.py [--config train-256] [--steps 300] [--seeds 3]
-        [--log-every N] --out FILE
+        [--log-every N] [--fp32] --out FILE
 """
 
 from __future__ import annotations
@@ -50,11 +55,17 @@ LEVEL_T = 3.0
 
 
 def curves(
-    args: argparse.Namespace, compile_: bool, seed_offset: int, folder: str, benchmark: bool
+    args: argparse.Namespace,
+    compile_: bool,
+    seed_offset: int,
+    folder: str,
+    benchmark: bool,
+    precision: str | None = None,
 ) -> dict:
     config = load_config(resolve_preset(args.config))
     tc = config.train
     tc.steps, tc.compile, tc.seed = args.steps, compile_, tc.seed + seed_offset
+    tc.precision = precision or tc.precision
     tc.cudnn_benchmark = tc.cudnn_benchmark and benchmark
     tc.log_every = args.log_every or tc.log_every
     tc.warmup_steps = min(tc.warmup_steps, args.steps)
@@ -116,6 +127,15 @@ def compare(runs: dict[str, dict]) -> dict:
                 for kind in ("preset", "eager")
             }
             c["level_t"] = welch_t(c["levels"]["preset"], c["levels"]["eager"])
+            fp32 = [
+                statistics.fmean(curve[f"fp32 {s}"]) for s in range(seeds) if f"fp32 {s}" in curve
+            ]
+            if len(fp32) >= 2:  # each bf16 path's level against fp32's, over the seeds fp32 has
+                c["levels"]["fp32"] = fp32
+                c["level_t_to_fp32"] = {
+                    kind: welch_t(c["levels"][kind][: len(fp32)], fp32)
+                    for kind in ("preset", "eager")
+                }
         compared[name] = c
     return compared
 
@@ -126,18 +146,23 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--log-every", type=int, default=0, help="default: the preset's")
+    parser.add_argument("--fp32", action="store_true", help="add eager fp32 at each seed")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
-    launches = [("preset 0", True, 0, True), ("eager 0", False, 0, True)]
-    launches.append(("eager 0 again", False, 0, False))
-    for seed in range(1, args.seeds):
-        launches += [(f"preset {seed}", True, seed, True), (f"eager {seed}", False, seed, True)]
+    launches = [("preset 0", True, 0, True, None), ("eager 0", False, 0, True, None)]
+    launches.append(("eager 0 again", False, 0, False, None))
+    for seed in range(args.seeds):
+        if seed:
+            launches += [(f"preset {seed}", True, seed, True, None)]
+            launches += [(f"eager {seed}", False, seed, True, None)]
+        if args.fp32:
+            launches.append((f"fp32 {seed}", False, seed, True, "fp32"))
     runs: dict[str, dict] = {}
-    for name, compile_, seed, benchmark in launches:
+    for name, compile_, seed, benchmark, precision in launches:
         with tempfile.TemporaryDirectory(prefix="ffjobs-loss-curves-") as folder:
-            runs[name] = curves(args, compile_, seed, folder, benchmark)
+            runs[name] = curves(args, compile_, seed, folder, benchmark, precision)
         report = {"config": args.config, "steps": args.steps, "runs": runs}
         if finished_seeds(runs):
             report |= {"seeds": finished_seeds(runs), "compared": compare(runs)}
@@ -158,6 +183,12 @@ def main() -> None:
                 f"; level preset {statistics.fmean(c['levels']['preset']):.4f} vs eager "
                 f"{statistics.fmean(c['levels']['eager']):.4f}, t {c['level_t']:+.2f} "
                 f"({'within noise' if level else 'OUTSIDE'})"
+            )
+        if "level_t_to_fp32" in c:
+            to_fp32 = c["level_t_to_fp32"]
+            line += (
+                f"; fp32 {statistics.fmean(c['levels']['fp32']):.4f}: t preset to fp32 "
+                f"{to_fp32['preset']:+.2f}, eager to fp32 {to_fp32['eager']:+.2f}"
             )
         print(line, file=sys.stderr)
 
