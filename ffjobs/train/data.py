@@ -16,7 +16,8 @@ A stop signal is the rank's, not its workers': SLURM signals every process of a 
 group. A worker that died of it would make the rank's next batch, or the loader's SIGCHLD
 handler in the middle of the stop checkpoint, raise. Workers ignore the stop signals
 (:func:`ignore_stop_signals`) and end when the rank shuts the loader down or dies (each worker
-watches its parent); SIGKILL still ends them.
+watches its parent); SIGKILL still ends them. Until its init runs, a forked worker has the
+handlers its rank installed before the loader started (they only set a flag).
 """
 
 from __future__ import annotations

@@ -45,12 +45,14 @@ def test_workers_outlive_the_stop_signals_slurm_sends_every_process_of_a_step():
     # scancel and SLURM's --signal reach the loader's workers too; the rank is to checkpoint
     # and stop, so its next batches must still come (a dead worker raises in the rank)
     stream, straight = _stream(num_workers=2, length=32), _stream(num_workers=0, length=32)
-    first = stream.next()
+    first = [stream.next() for _ in range(2)]  # one from each worker (round robin): each has
+    # run its init, which a signal must not beat (until then a worker has the rank's handlers)
+    assert len({batch["pid"][0].item() for batch in first}) == 2
     workers = stream._iterator._workers  # the loader's worker processes
     for worker in workers:
         for sig in STOP_SIGNALS:
             os.kill(worker.pid, sig)
-    batches = [first] + [stream.next() for _ in range(11)]  # into the next epochs, too
+    batches = first + [stream.next() for _ in range(10)]  # into the next epochs, too
     assert _indices(batches) == _indices([straight.next() for _ in range(12)])
     assert all(worker.is_alive() for worker in workers)
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the rank's own are untouched
