@@ -23,6 +23,7 @@ import statistics
 import sys
 import threading
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -44,12 +45,24 @@ class StopRequest:
         self._step_starts: list[float] = []
         self._busy = 0
         self._watching = False
+        self._previous: dict[signal.Signals, Any] = {}  # the handlers install() replaced
+        self._previous_wakeup_fd: int | None = None
 
     def install(self) -> None:
         """Handle :data:`STOP_SIGNALS` by setting :attr:`requested` (main thread only)."""
         for sig in STOP_SIGNALS:
             with contextlib.suppress(ValueError):  # not in the main thread
-                signal.signal(sig, self._on_signal)
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def uninstall(self) -> None:
+        """Give the signals back to the handlers :meth:`install` found (a caller that trains
+        in its own process gets its SIGTERM back once training has ended)."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        if self._previous_wakeup_fd is not None:
+            signal.set_wakeup_fd(self._previous_wakeup_fd)  # the watchdog hears no more
+            self._previous_wakeup_fd = None
 
     def step_started(self) -> None:
         """Called by the training loop as each step starts (main thread): arms the watchdog."""
@@ -79,7 +92,7 @@ class StopRequest:
         read_fd, write_fd = os.pipe()
         os.set_blocking(write_fd, False)
         try:
-            signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            self._previous_wakeup_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         except ValueError:  # not the main thread: no watchdog, the plain handler still works
             os.close(read_fd)
             os.close(write_fd)

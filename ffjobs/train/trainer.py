@@ -308,8 +308,11 @@ class Trainer:
             for _ in self.run_steps(self.tc.steps - start, result):
                 pass
         finally:
-            with self.stop.busy():  # the last checkpoint is complete before the job ends
-                self.checkpointer.close()
+            try:
+                with self.stop.busy():  # the last checkpoint is complete before the job ends
+                    self.checkpointer.close()
+            finally:
+                self.stop.uninstall()
         return result
 
     def run_steps(self, count: int, result: TrainResult | None = None) -> Iterator[int]:

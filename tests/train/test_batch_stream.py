@@ -44,6 +44,7 @@ def _stream(num_workers: int = 0, length: int = 16) -> BatchStream:
 def test_workers_outlive_the_stop_signals_slurm_sends_every_process_of_a_step():
     # scancel and SLURM's --signal reach the loader's workers too; the rank is to checkpoint
     # and stop, so its next batches must still come (a dead worker raises in the rank)
+    rank_handler = signal.getsignal(signal.SIGTERM)
     stream, straight = _stream(num_workers=2, length=32), _stream(num_workers=0, length=32)
     first = [stream.next() for _ in range(2)]  # one from each worker (round robin): each has
     # run its init, which a signal must not beat (until then a worker has the rank's handlers)
@@ -55,7 +56,7 @@ def test_workers_outlive_the_stop_signals_slurm_sends_every_process_of_a_step():
     batches = first + [stream.next() for _ in range(10)]  # into the next epochs, too
     assert _indices(batches) == _indices([straight.next() for _ in range(12)])
     assert all(worker.is_alive() for worker in workers)
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the rank's own are untouched
+    assert signal.getsignal(signal.SIGTERM) == rank_handler  # the rank's own are untouched
 
 
 def _indices(batches: list[dict]) -> list[list[int]]:

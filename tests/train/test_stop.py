@@ -31,6 +31,19 @@ def test_slurm_stop_signals_set_the_request(sig, restore_handlers, capsys):
     assert f"rank 3: got signal {int(sig)}" in capsys.readouterr().err
 
 
+def test_the_handlers_found_are_given_back(restore_handlers):
+    def caller_handler(signum, frame):  # a process that trains in-process: its own handling
+        pass
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, caller_handler)
+    stop = StopRequest(rank=0)
+    stop.install()
+    assert all(signal.getsignal(sig) == stop._on_signal for sig in STOP_SIGNALS)
+    stop.uninstall()
+    assert all(signal.getsignal(sig) is caller_handler for sig in STOP_SIGNALS)
+
+
 def test_one_rank_agrees_with_itself():
     stop = StopRequest(rank=0)
     assert stop.agree(torch.device("cpu"), world_size=1) is False
