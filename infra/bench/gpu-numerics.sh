@@ -40,9 +40,12 @@ step warm 75 "${bench[@]}" --data memory --no-peak --no-checkpoint --checkpoint-
 step grads 150 python infra/bench/grad_agreement.py --config train-256 --steps 10 \
   --out "$results/grads.json"
 left=$((570 - SECONDS))  # what the call has left; under a minute, no loss curve is worth starting
-[ "$left" -ge 60 ] || { echo "loss: skipped, $left s left" | tee -a "$results/times.txt"; left=0; }
-[ "$left" -eq 0 ] || step loss "$left" python infra/bench/loss_curves.py --config train-256 --steps 200 --seeds 3 \
-  --out "$results/loss.json"
+if [ "$left" -ge 60 ]; then
+  step loss "$left" python infra/bench/loss_curves.py --config train-256 --steps 200 --seeds 3 \
+    --out "$results/loss.json"
+else
+  echo "loss: skipped, $left s left" | tee -a "$results/times.txt"
+fi
 for name in calibrate cold warm; do
   python - "$results/$name.out" <<'PY'
 import json, sys

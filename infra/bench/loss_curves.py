@@ -28,8 +28,8 @@ level is then tested against fp32's (Welch's t): where the preset's level differ
 this says which of the two is nearer fp32.
 
 ``--out FILE`` is rewritten after each launch, with the comparison over the seeds whose two
-launches finished (what finished survives a time limit); the summary goes to stderr. ``--log-every 1`` makes the first window step 1, where preset and eager
-share weights and batch.
+launches finished (what finished survives a time limit); the summary goes to stderr.
+``--log-every 1`` makes the first window step 1, where preset and eager share weights and batch.
 
     python infra/bench/loss_curves.py [--config train-256] [--steps 300] [--seeds 3]
         [--log-every N] [--fp32] --out FILE
@@ -151,12 +151,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
-    launches = [("preset 0", True, 0, True, None), ("eager 0", False, 0, True, None)]
-    launches.append(("eager 0 again", False, 0, False, None))
+    launches = []
     for seed in range(args.seeds):
-        if seed:
-            launches += [(f"preset {seed}", True, seed, True, None)]
-            launches += [(f"eager {seed}", False, seed, True, None)]
+        launches.append((f"preset {seed}", True, seed, True, None))
+        launches.append((f"eager {seed}", False, seed, True, None))
+        if seed == 0:
+            launches.append(("eager 0 again", False, 0, False, None))
         if args.fp32:
             launches.append((f"fp32 {seed}", False, seed, True, "fp32"))
     runs: dict[str, dict] = {}
@@ -164,8 +164,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="ffjobs-loss-curves-") as folder:
             runs[name] = curves(args, compile_, seed, folder, benchmark, precision)
         report = {"config": args.config, "steps": args.steps, "runs": runs}
-        if finished_seeds(runs):
-            report |= {"seeds": finished_seeds(runs), "compared": compare(runs)}
+        if seeds := finished_seeds(runs):
+            report |= {"seeds": seeds, "compared": compare(runs)}
         args.out.write_text(json.dumps(report))
     compared = report["compared"]
     windows = len(runs["preset 0"]["steps"])
