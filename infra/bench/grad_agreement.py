@@ -53,6 +53,26 @@ def gradients(trainer: Trainer, network: str) -> torch.Tensor:
     )
 
 
+def build_trainers(
+    preset: str, sets: list[str], kinds: dict[str, dict], scratch: str
+) -> dict[str, Trainer]:
+    """One trainer per kind, in this process, on one device, from the preset's seed:
+    ``preset`` with ``sets`` and the kind's ``train`` settings, checkpoints under ``scratch``,
+    taking their batches from one ``--data memory`` set."""
+    base = load_config(resolve_preset(preset), sets)
+    ensure_demo_inputs(base)  # the identity encoder's weights, where the preset names them
+    env, device = compute_init(base.train.backend)
+    prepare_compiler(device)  # a compiled kind's trainer compiles whatever the config says
+    dataset = build_train_dataset(base, "memory", 1)
+    trainers = {}
+    for kind, changes in kinds.items():
+        config = load_config(resolve_preset(preset), sets)
+        for key, value in {"resume": False, "progress": False, **changes}.items():
+            setattr(config.train, key, value)
+        trainers[kind] = Trainer(config, env, device, dataset, checkpoint_dir=f"{scratch}/{kind}")
+    return trainers
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="train-256")
@@ -60,20 +80,8 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    base = load_config(resolve_preset(args.config), args.set)
-    ensure_demo_inputs(base)  # the identity encoder's weights, where the preset names them
-    env, device = compute_init(base.train.backend)
-    prepare_compiler(device)  # the preset's trainer compiles whatever the config says
-    dataset = build_train_dataset(base, "memory", 1)
-    trainers = {}
     with tempfile.TemporaryDirectory(prefix="ffjobs-grad-agreement-") as scratch:
-        for kind, changes in KINDS.items():
-            config = load_config(resolve_preset(args.config), args.set)
-            for key, value in {"resume": False, "progress": False, **changes}.items():
-                setattr(config.train, key, value)
-            trainers[kind] = Trainer(
-                config, env, device, dataset, checkpoint_dir=f"{scratch}/{kind.replace(' ', '-')}"
-            )
+        trainers = build_trainers(args.config, args.set, KINDS, scratch)
         eager = trainers["eager"]
         steps = []
         for step in range(1, args.steps + 1):

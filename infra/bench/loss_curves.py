@@ -28,11 +28,13 @@ level is then tested against fp32's (Welch's t): where the preset's level differ
 this says which of the two is nearer fp32.
 
 ``--out FILE`` is rewritten after each launch, with the comparison over the seeds whose two
-launches finished (what finished survives a time limit); the summary goes to stderr.
+launches finished (what finished survives a time limit); the summary goes to stderr. Where
+FILE holds launches of the same config and steps already, those are kept and not run again:
+a second call with the same ``--out`` goes on where a time limit stopped the first.
 ``--log-every 1`` makes the first window step 1, where preset and eager share weights and batch.
 
     python infra/bench/loss_curves.py [--config train-256] [--steps 300] [--seeds 3]
-        [--log-every N] [--fp32] --out FILE
+        [--log-every N] [--fp32] [--set KEY=VALUE] --out FILE
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def curves(
     benchmark: bool,
     precision: str | None = None,
 ) -> dict:
-    config = load_config(resolve_preset(args.config))
+    config = load_config(resolve_preset(args.config), args.set)
     tc = config.train
     tc.steps, tc.compile, tc.seed = args.steps, compile_, tc.seed + seed_offset
     tc.precision = precision or tc.precision
@@ -140,6 +142,27 @@ def compare(runs: dict[str, dict]) -> dict:
     return compared
 
 
+def finished_launches(out: Path, settings: dict) -> dict[str, dict]:
+    """The runs in an earlier ``--out`` file made with the same ``settings``; none otherwise."""
+    if not out.exists():
+        return {}
+    earlier = json.loads(out.read_text())
+    if any(earlier.get(key) != value for key, value in settings.items()):
+        sys.exit(f"{out} holds launches of other settings than {settings}: name another --out")
+    print(f"{out}: keeping {len(earlier['runs'])} finished launch(es)", file=sys.stderr)
+    return earlier["runs"]
+
+
+def write_report(out: Path, settings: dict, runs: dict[str, dict]) -> dict:
+    """Writes ``settings``, the runs and their comparison (once a seed has finished) to ``out``;
+    returns the comparison."""
+    compared = compare(runs) if finished_seeds(runs) else {}
+    out.write_text(
+        json.dumps({**settings, "runs": runs, "seeds": finished_seeds(runs), "compared": compared})
+    )
+    return compared
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="train-256")
@@ -147,6 +170,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--log-every", type=int, default=0, help="default: the preset's")
     parser.add_argument("--fp32", action="store_true", help="add eager fp32 at each seed")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.seeds < 1:
@@ -159,17 +183,22 @@ def main() -> None:
             launches.append(("eager 0 again", False, 0, False, None))
         if args.fp32:
             launches.append((f"fp32 {seed}", False, seed, True, "fp32"))
-    runs: dict[str, dict] = {}
+    settings = {
+        "config": args.config,
+        "steps": args.steps,
+        "log_every": args.log_every,
+        "set": args.set,
+    }
+    runs: dict[str, dict] = finished_launches(args.out, settings)
     for name, compile_, seed, benchmark, precision in launches:
-        with tempfile.TemporaryDirectory(prefix="ffjobs-loss-curves-") as folder:
-            runs[name] = curves(args, compile_, seed, folder, benchmark, precision)
-        report = {"config": args.config, "steps": args.steps, "runs": runs}
-        if seeds := finished_seeds(runs):
-            report |= {"seeds": seeds, "compared": compare(runs)}
-        args.out.write_text(json.dumps(report))
-    compared = report["compared"]
+        if name not in runs:
+            with tempfile.TemporaryDirectory(prefix="ffjobs-loss-curves-") as folder:
+                runs[name] = curves(args, compile_, seed, folder, benchmark, precision)
+            write_report(args.out, settings, runs)
+    compared = write_report(args.out, settings, runs)
     windows = len(runs["preset 0"]["steps"])
-    print(f"{args.seeds} seed(s), {windows} windows over {args.steps} steps", file=sys.stderr)
+    seeds = finished_seeds(runs)
+    print(f"{seeds} seed(s), {windows} windows over {args.steps} steps", file=sys.stderr)
     for name, c in compared.items():
         noise = " / ".join(f"{kind} {value:.4f}" for kind, value in c["noise"].items())
         close = c["preset_to_eager_same_seed"] <= max(c["noise"].values())

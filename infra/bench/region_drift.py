@@ -1,0 +1,122 @@
+"""Does a compiled preset stay the arithmetic of its own modules along its own trajectory?
+
+One preset trainer trains ``--steps`` steps on ``--data memory``. Every ``--every`` steps, on
+that step's batch and the trainer's current weights:
+
+* each compiled region's outputs (the identity encoder with and without grad, G, D, D with
+  frozen weights) are compared with its plain module's on the same inputs, inside the step
+  itself (the regions' outputs, as the step uses them);
+* an eager trainer of the same config (``train.compile=false``) gets the preset's weights and
+  takes the same batch: the two steps' losses and gradients are compared.
+
+Compiled and eager bf16 round differently, so neither difference is zero; what matters is
+whether it grows as the weights move away from those the regions were captured at (a capture
+that kept a weight as a constant would compute with the first step's weights, and the
+difference would grow with every step).
+
+    python infra/bench/region_drift.py [--config train-256] [--steps 150] [--every 10]
+        [--set KEY=VALUE] --out FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from grad_agreement import build_trainers, gradients  # beside this script
+from torch import nn
+from torch.utils._pytree import tree_leaves
+
+
+class Probe(nn.Module):
+    """``region`` as the step calls it; while ``record`` is a dict, each call also runs
+    ``module`` on the same inputs (no grad) and records the largest relative difference of
+    their outputs, keyed by region and calling context."""
+
+    def __init__(self, name: str, region: nn.Module, module: nn.Module):
+        super().__init__()
+        self.name, self.region, self.plain = name, region, module
+        self.record: dict[str, float] | None = None
+
+    def forward(self, *args):
+        out = self.region(*args)
+        if self.record is not None:
+            frozen = not any(p.requires_grad for p in self.plain.parameters())
+            context = f"{self.name} (grad {torch.is_grad_enabled()}, frozen {frozen})"
+            with torch.no_grad():
+                plain = self.plain(*args)
+            worst = 0.0
+            for a, b in zip(tree_leaves(out), tree_leaves(plain), strict=True):
+                a, b = a.detach().float(), b.float()
+                worst = max(worst, float((a - b).norm() / b.norm().clamp_min(1e-12)))
+            self.record[context] = max(self.record.get(context, 0.0), worst)
+        return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="train-256")
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ffjobs-region-drift-") as scratch:
+        trainers = build_trainers(
+            args.config,
+            args.set,
+            {"preset": {"compile": True}, "eager": {"compile": False}},
+            scratch,
+        )
+        preset, eager = trainers["preset"], trainers["eager"]
+        probes = [
+            Probe("identity", preset.identity, preset.identity_encoder),
+            Probe("generator", preset.generator.wrapped, preset.g_module),
+            Probe("discriminator", preset.discriminator.wrapped, preset.d_module),
+            Probe("frozen discriminator", preset.frozen_discriminator, preset.d_module),
+        ]
+        preset.identity, preset.generator.wrapped = probes[0], probes[1]
+        preset.discriminator.wrapped, preset.frozen_discriminator = probes[2], probes[3]
+        rows = []
+        for step in range(1, args.steps + 1):
+            batch = preset.data.next()
+            check = step == 1 or step % args.every == 0
+            if not check:
+                preset.train_step([batch])
+                continue
+            record: dict[str, float] = {}
+            for probe in probes:
+                probe.record = record
+            with torch.no_grad():
+                for network in ("g_module", "d_module"):
+                    ours, theirs = getattr(eager, network), getattr(preset, network)
+                    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+                        a.copy_(b)
+            # eager first: the preset's step moves the weights
+            eager_losses = eager.train_step([batch])
+            eager_grads = {n: gradients(eager, n) for n in ("generator", "discriminator")}
+            preset_losses = preset.train_step([batch])
+            for probe in probes:
+                probe.record = None
+            row = {"step": step, "regions": record}
+            for network, theirs in eager_grads.items():
+                ours = gradients(preset, network)
+                row[f"{network}/cosine"] = float(torch.cosine_similarity(ours, theirs, dim=0))
+                row[f"{network}/relative_difference"] = float(
+                    (ours - theirs).norm() / theirs.norm()
+                )
+            row["losses"] = {
+                name: [float(preset_losses[name]), float(eager_losses[name])]
+                for name in preset_losses
+            }
+            rows.append(row)
+            args.out.write_text(json.dumps({"config": args.config, "set": args.set, "rows": rows}))
+            print(json.dumps(row), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
