@@ -7,7 +7,11 @@ that step's batch and the trainer's current weights:
   frozen weights) are compared with its plain module's on the same inputs, inside the step
   itself (the regions' outputs, as the step uses them);
 * an eager trainer of the same config (``train.compile=false``) gets the preset's weights and
-  takes the same batch: the two steps' losses and gradients are compared.
+  takes the same batch: the two steps' losses and gradients are compared;
+* G's gradient of each loss term alone (weighted as configured), in the preset, in eager and in
+  an eager fp32 trainer, all at the preset's weights on that batch: each bf16 path's against
+  fp32's, as the ratio of norms and the cosine. A rounding difference that steers training
+  one way shows as a ratio away from 1 that keeps its side step after step.
 
 Compiled and eager bf16 round differently, so neither difference is zero; what matters is
 whether it grows as the weights move away from those the regions were captured at (a capture
@@ -21,6 +25,7 @@ difference would grow with every step).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -30,6 +35,8 @@ import torch
 from grad_agreement import build_trainers, gradients  # beside this script
 from torch import nn
 from torch.utils._pytree import tree_leaves
+
+from ffjobs.train.trainer import Trainer
 
 
 class Probe(nn.Module):
@@ -57,6 +64,29 @@ class Probe(nn.Module):
         return out
 
 
+TERMS = ("adversarial", "identity", "reconstruction", "feature_matching")
+
+
+def term_gradients(trainer: Trainer, batch: dict) -> dict[str, torch.Tensor]:
+    """G's gradient of each weighted loss term alone, at the trainer's weights on ``batch``: a
+    forward and backward per term with the other terms' weights 0."""
+    weights = trainer.config.model.losses
+    grads = {}
+    try:
+        for term in TERMS:
+            others = {other: 0.0 for other in TERMS if other != term}
+            trainer.config.model.losses = dataclasses.replace(weights, **others)
+            for net in trainer.networks:
+                net.zero_grad()
+            if trainer.compile_mode == "reduce-overhead":
+                torch.compiler.cudagraph_mark_step_begin()
+            trainer._forward_backward(batch, 1)
+            grads[term] = gradients(trainer, "generator")
+    finally:
+        trainer.config.model.losses = weights
+    return grads
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="train-256")
@@ -69,10 +99,14 @@ def main() -> None:
         trainers = build_trainers(
             args.config,
             args.set,
-            {"preset": {"compile": True}, "eager": {"compile": False}},
+            {
+                "preset": {"compile": True},
+                "eager": {"compile": False},
+                "fp32": {"compile": False, "precision": "fp32"},
+            },
             scratch,
         )
-        preset, eager = trainers["preset"], trainers["eager"]
+        preset, eager, fp32 = trainers["preset"], trainers["eager"], trainers["fp32"]
         probes = [
             Probe("identity", preset.identity, preset.identity_encoder),
             Probe("generator", preset.generator.wrapped, preset.g_module),
@@ -88,14 +122,16 @@ def main() -> None:
             if not check:
                 preset.train_step([batch])
                 continue
+            with torch.no_grad():
+                for other in (eager, fp32):
+                    for network in ("g_module", "d_module"):
+                        ours, theirs = getattr(other, network), getattr(preset, network)
+                        for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+                            a.copy_(b)
+            terms = {kind: term_gradients(t, batch) for kind, t in trainers.items()}
             record: dict[str, float] = {}
             for probe in probes:
                 probe.record = record
-            with torch.no_grad():
-                for network in ("g_module", "d_module"):
-                    ours, theirs = getattr(eager, network), getattr(preset, network)
-                    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
-                        a.copy_(b)
             # eager first: the preset's step moves the weights
             eager_losses = eager.train_step([batch])
             eager_grads = {n: gradients(eager, n) for n in ("generator", "discriminator")}
@@ -109,6 +145,17 @@ def main() -> None:
                 row[f"{network}/relative_difference"] = float(
                     (ours - theirs).norm() / theirs.norm()
                 )
+            for term in TERMS:
+                reference = terms["fp32"][term]
+                row[f"{term}/to fp32"] = {
+                    kind: {
+                        "norm_ratio": float(terms[kind][term].norm() / reference.norm()),
+                        "cosine": float(
+                            torch.cosine_similarity(terms[kind][term], reference, dim=0)
+                        ),
+                    }
+                    for kind in ("preset", "eager")
+                }
             row["losses"] = {
                 name: [float(preset_losses[name]), float(eager_losses[name])]
                 for name in preset_losses
