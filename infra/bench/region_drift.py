@@ -1,7 +1,7 @@
 """Does a compiled preset stay the arithmetic of its own modules along its own trajectory?
 
-One preset trainer trains ``--steps`` steps on ``--data memory``. Every ``--every`` steps, on
-that step's batch and the trainer's current weights:
+One preset trainer trains ``--steps`` steps on ``--data memory``. On step 1 and every
+``--every``-th step, on that step's batch and the trainer's current weights:
 
 * each compiled region's outputs (the identity encoder with and without grad, G, D, D with
   frozen weights) are compared with its plain module's on the same inputs, inside the step
