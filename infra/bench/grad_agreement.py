@@ -53,6 +53,25 @@ def gradients(trainer: Trainer, network: str) -> torch.Tensor:
     )
 
 
+def agreement(ours: torch.Tensor, theirs: torch.Tensor) -> dict[str, float]:
+    """The cosine of two gradients and the norm of their difference relative to ``theirs``."""
+    return {
+        "cosine": float(torch.cosine_similarity(ours, theirs, dim=0)),
+        "relative_difference": float((ours - theirs).norm() / theirs.norm()),
+    }
+
+
+@torch.no_grad()
+def copy_weights(source: Trainer, into: list[Trainer]) -> None:
+    """``source``'s G and D weights into each of ``into``, in place (CUDA graphs keep their
+    addresses)."""
+    for trainer in into:
+        for network in ("g_module", "d_module"):
+            ours, theirs = getattr(trainer, network), getattr(source, network)
+            for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+                a.copy_(b)
+
+
 def build_trainers(
     preset: str, sets: list[str], kinds: dict[str, dict], scratch: str
 ) -> dict[str, Trainer]:
@@ -86,24 +105,14 @@ def main() -> None:
         steps = []
         for step in range(1, args.steps + 1):
             batch = eager.data.next()
-            with torch.no_grad():
-                for trainer in trainers.values():
-                    if trainer is not eager:
-                        for network in ("g_module", "d_module"):
-                            ours, theirs = getattr(trainer, network), getattr(eager, network)
-                            for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
-                                a.copy_(b)
+            copy_weights(eager, [t for t in trainers.values() if t is not eager])
             losses = {kind: trainer.train_step([batch]) for kind, trainer in trainers.items()}
             row = {"step": step}
             for network in ("generator", "discriminator"):
                 grads = {kind: gradients(trainer, network) for kind, trainer in trainers.items()}
                 for a, b in PAIRS:
-                    row[f"{a} vs {b}/{network}/cosine"] = float(
-                        torch.nn.functional.cosine_similarity(grads[a], grads[b], dim=0)
-                    )
-                    row[f"{a} vs {b}/{network}/relative_difference"] = float(
-                        (grads[a] - grads[b]).norm() / grads[b].norm()
-                    )
+                    for measure, value in agreement(grads[a], grads[b]).items():
+                        row[f"{a} vs {b}/{network}/{measure}"] = value
             for a, b in PAIRS:
                 row[f"{a} vs {b}/loss_difference"] = max(
                     abs(float(losses[a][name]) - float(losses[b][name])) for name in losses[b]

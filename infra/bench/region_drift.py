@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from grad_agreement import build_trainers, gradients  # beside this script
+from grad_agreement import agreement, build_trainers, copy_weights, gradients  # beside this script
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
@@ -122,12 +122,7 @@ def main() -> None:
             if not check:
                 preset.train_step([batch])
                 continue
-            with torch.no_grad():
-                for other in (eager, fp32):
-                    for network in ("g_module", "d_module"):
-                        ours, theirs = getattr(other, network), getattr(preset, network)
-                        for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
-                            a.copy_(b)
+            copy_weights(preset, [eager, fp32])
             terms = {kind: term_gradients(t, batch) for kind, t in trainers.items()}
             record: dict[str, float] = {}
             for probe in probes:
@@ -140,11 +135,8 @@ def main() -> None:
                 probe.record = None
             row = {"step": step, "regions": record}
             for network, theirs in eager_grads.items():
-                ours = gradients(preset, network)
-                row[f"{network}/cosine"] = float(torch.cosine_similarity(ours, theirs, dim=0))
-                row[f"{network}/relative_difference"] = float(
-                    (ours - theirs).norm() / theirs.norm()
-                )
+                for measure, value in agreement(gradients(preset, network), theirs).items():
+                    row[f"{network}/{measure}"] = value
             for term in TERMS:
                 reference = terms["fp32"][term]
                 row[f"{term}/to fp32"] = {
