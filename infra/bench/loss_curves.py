@@ -153,14 +153,11 @@ def finished_launches(out: Path, settings: dict) -> dict[str, dict]:
     return earlier["runs"]
 
 
-def write_report(out: Path, settings: dict, runs: dict[str, dict]) -> dict:
-    """Writes ``settings``, the runs and their comparison (once a seed has finished) to ``out``;
-    returns the comparison."""
-    compared = compare(runs) if finished_seeds(runs) else {}
-    out.write_text(
-        json.dumps({**settings, "runs": runs, "seeds": finished_seeds(runs), "compared": compared})
-    )
-    return compared
+def write_report(out: Path, settings: dict, runs: dict[str, dict]) -> None:
+    """Writes ``settings``, the runs and their comparison (once a seed has finished) to ``out``."""
+    seeds = finished_seeds(runs)
+    compared = compare(runs) if seeds else {}
+    out.write_text(json.dumps({**settings, "runs": runs, "seeds": seeds, "compared": compared}))
 
 
 def main() -> None:
@@ -195,7 +192,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="ffjobs-loss-curves-") as folder:
                 runs[name] = curves(args, compile_, seed, folder, benchmark, precision)
             write_report(args.out, settings, runs)
-    compared = write_report(args.out, settings, runs)
+    compared = compare(runs)  # what --out holds: it was written when its last launch finished
     windows = len(runs["preset 0"]["steps"])
     seeds = finished_seeds(runs)
     print(f"{seeds} seed(s), {windows} windows over {args.steps} steps", file=sys.stderr)
