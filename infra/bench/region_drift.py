@@ -3,8 +3,8 @@
 One preset trainer trains ``--steps`` steps on ``--data memory``. On step 1 and every
 ``--every``-th step, on that step's batch and the trainer's current weights:
 
-* each compiled region's outputs (the identity encoder with and without grad, G, D, D with
-  frozen weights) are compared with its plain module's on the same inputs, inside the step
+* each compiled region's outputs (the identity encoder with and without grad, G, D) are
+  compared with its plain module's on the same inputs, inside the step
   itself (the regions' outputs, as the step uses them);
 * an eager trainer of the same config (``train.compile=false``) gets the preset's weights and
   takes the same batch: the two steps' losses and gradients are compared;
@@ -111,10 +111,9 @@ def main() -> None:
             Probe("identity", preset.identity, preset.identity_encoder),
             Probe("generator", preset.generator.wrapped, preset.g_module),
             Probe("discriminator", preset.discriminator.wrapped, preset.d_module),
-            Probe("frozen discriminator", preset.frozen_discriminator, preset.d_module),
         ]
         preset.identity, preset.generator.wrapped = probes[0], probes[1]
-        preset.discriminator.wrapped, preset.frozen_discriminator = probes[2], probes[3]
+        preset.discriminator.wrapped = probes[2]
         rows = []
         for step in range(1, args.steps + 1):
             batch = preset.data.next()
