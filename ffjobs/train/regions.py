@@ -2,8 +2,9 @@
 
 A warm start that loads only the compiler's caches (:mod:`ffjobs.train.compile_cache`) still
 runs Dynamo over every region again: on one H200 about 7 of its 17-22 s to the first step went
-into bytecode tracing and fake-tensor propagation of the five captured graphs (G, D, D with
-frozen weights, and the identity encoder with and without grad). A :class:`CompiledRegion`
+into bytecode tracing and fake-tensor propagation of the five captured graphs then (G, D, D
+with frozen weights, which the trainer no longer compiles, and the identity encoder with and
+without grad). A :class:`CompiledRegion`
 captures its module ahead of time, on its first call in each calling context, with
 ``torch._dynamo.aot_compile`` (one full graph per context: grad mode, autocast and which inputs
 need grad are its guards), and the capture serialises with its compiled forward and backward.

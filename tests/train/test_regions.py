@@ -204,3 +204,24 @@ def test_the_compiler_warm_up_runs_on_its_own_thread_and_never_fails_the_start(m
     monkeypatch.setattr(threading, "excepthook", errors.append)
     import_compiler(torch.device("cpu")).join(timeout=120)
     assert errors == []  # the first compiled load computes it, and reports what fails
+
+
+def test_a_compiled_trainer_compiles_the_encoder_g_and_d_but_not_ds_pass_for_gs_loss(tmp_path):
+    # compiled, D's pass with frozen weights steered G's identity loss away from eager's and
+    # fp32's over 200 steps on one H200 (docs/benchmarks.md): it stays the plain module
+    from ffjobs.train.data import RandomPairs
+    from ffjobs.train.distributed import DistEnv
+    from ffjobs.train.trainer import Trainer
+
+    from .helpers import tiny_config
+
+    config = tiny_config(tmp_path, "train.compile=true", "train.deterministic=false")
+    dataset = RandomPairs(4, config.model.resolution, seed=0)
+    env = DistEnv(0, 1, 0, "127.0.0.1", 0, "single")
+    trainer = Trainer(config, env, torch.device("cpu"), dataset)
+    assert [region.name for region in trainer.regions] == [
+        "identity_encoder",
+        "generator",
+        "discriminator",
+    ]
+    assert trainer.frozen_discriminator is trainer.d_module
