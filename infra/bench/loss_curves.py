@@ -20,7 +20,8 @@ about ``lr`` times the sign of each gradient, and rounding flips the sign of sma
 * ``level`` (two seeds or more): each run's mean over all windows; the difference of the
   preset's and eager's averages over the seeds, in standard errors (Welch's t). Within noise
   below 3: with three seeds each, t has about 4 degrees of freedom and its two-sided 5% point
-  is 2.78.
+  is 2.78. Beside it, not a verdict: the mean of the per-seed differences and its t (``n``
+  seeds, ``n - 1`` degrees of freedom), which pairing by seed makes more sensitive.
 
 With ``--fp32``, each seed also gets ``fp32``: eager in fp32 (TF32 matmuls and convolutions
 on CUDA, as the trainer sets them), the arithmetic both bf16 paths round. Each bf16 path's
@@ -93,6 +94,16 @@ def welch_t(a: list[float], b: list[float]) -> float:
     return (statistics.fmean(a) - statistics.fmean(b)) / error if error else 0.0
 
 
+def paired(ours: list[float], eager: list[float]) -> dict[str, float]:
+    """The mean of the paired differences and its t (0 where they do not vary)."""
+    differences = [a - b for a, b in zip(ours, eager, strict=False)]
+    mean = statistics.fmean(differences)
+    if len(differences) < 2:
+        return {"mean": mean}
+    error = statistics.stdev(differences) / len(differences) ** 0.5
+    return {"mean": mean, "t": mean / error if error else 0.0}
+
+
 def finished_seeds(runs: dict[str, dict]) -> int:
     """How many seeds, from the first, have both launches (and seed 0 its rerun) finished."""
     if "eager 0 again" not in runs:
@@ -129,6 +140,7 @@ def compare(runs: dict[str, dict]) -> dict:
                 for kind in ("preset", "eager")
             }
             c["level_t"] = welch_t(c["levels"]["preset"], c["levels"]["eager"])
+            c["paired"] = paired(c["levels"]["preset"], c["levels"]["eager"])
             fp32 = [
                 statistics.fmean(curve[f"fp32 {s}"]) for s in range(seeds) if f"fp32 {s}" in curve
             ]
@@ -208,7 +220,8 @@ def main() -> None:
             line += (
                 f"; level preset {statistics.fmean(c['levels']['preset']):.4f} vs eager "
                 f"{statistics.fmean(c['levels']['eager']):.4f}, t {c['level_t']:+.2f} "
-                f"({'within noise' if level else 'OUTSIDE'})"
+                f"({'within noise' if level else 'OUTSIDE'}); paired by seed "
+                f"{c['paired']['mean']:+.4f}, t {c['paired']['t']:+.2f}"
             )
         if "level_t_to_fp32" in c:
             to_fp32 = c["level_t_to_fp32"]

@@ -41,6 +41,7 @@ import torch
 import torch._inductor.config as inductor_config
 import yaml
 from grad_agreement import build_trainers  # beside this script
+from loss_curves import paired
 
 from ffjobs.config import load_config, resolve_preset
 from ffjobs.train.trainer import Trainer, TrainResult
@@ -84,16 +85,6 @@ def levels(args: argparse.Namespace, seed: int, variant: str, scratch: str) -> d
     gc.collect()
     torch.cuda.empty_cache()
     return out
-
-
-def paired(ours: list[float], eager: list[float]) -> dict[str, float]:
-    """The mean of the paired differences and its t (0 where they do not vary)."""
-    differences = [a - b for a, b in zip(ours, eager, strict=False)]
-    mean = statistics.fmean(differences)
-    if len(differences) < 2:
-        return {"mean": mean}
-    error = statistics.stdev(differences) / len(differences) ** 0.5
-    return {"mean": mean, "t": mean / error if error else 0.0}
 
 
 def main() -> None:
