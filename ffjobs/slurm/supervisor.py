@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from ffjobs.slurm.failures import Failure, RankLog, classify_failure
+from ffjobs.slurm.failures import Failure, FailureKind, RankLog, classify_failure
 from ffjobs.slurm.jobstate import JobState
 
 # The classifier speaks SLURM's state names; these JobStates are spelled differently there.
@@ -232,6 +232,79 @@ def goodput(attempts: Sequence[AttemptRecord]) -> float:
     return min(1.0, productive / wall)
 
 
+@dataclass(frozen=True)
+class Retry:
+    """Run the next attempt without ``exclude``, after ``delay_s`` seconds."""
+
+    exclude: tuple[str, ...]
+    delay_s: float
+    new_suspects: tuple[str, ...] = ()
+    """Nodes the newest attempt added to ``exclude``."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """No further attempt: ``reason`` says why in one line."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Done:
+    """The newest attempt succeeded."""
+
+    reason: str
+
+
+Decision = Retry | Stop | Done
+
+
+def excluded_after(
+    records: Sequence[AttemptRecord], exclude: Sequence[str] = ()
+) -> tuple[str, ...]:
+    """``exclude`` plus every suspect of the retryable failures in ``records``, in order, once."""
+    nodes = [*exclude]
+    for entry in records:
+        if entry.kind is not None and entry.retryable:
+            nodes += entry.suspect_nodes
+    return tuple(dict.fromkeys(nodes))
+
+
+def decide(
+    records: Sequence[AttemptRecord],
+    policy: RetryPolicy,
+    *,
+    nodes_needed: int,
+    exclude: Sequence[str] = (),
+    usable_nodes: Callable[[tuple[str, ...]], int | None] | None = None,
+) -> Decision:
+    """What to do after the newest of a run's attempt ``records`` (oldest first; all of the
+    run's attempts, whoever supervised them, so the budget is the run's and never starts again).
+
+    ``exclude``: the nodes left out from the first attempt on. ``usable_nodes(exclude)`` says
+    how many nodes stay eligible without ``exclude`` (None: unknown), so a retry that could not
+    get enough nodes stops instead of queueing for ever.
+    """
+    if not records:
+        raise ValueError("decide needs at least one attempt record")
+    latest = records[-1]
+    if latest.kind is None:
+        return Done(f"succeeded after {len(records)} attempt(s)")
+    if not latest.retryable:
+        return Stop(f"not retryable: {latest.summary}")
+    if len(records) >= policy.max_attempts:
+        spent = "; ".join(f"{r.number}: {r.summary}" for r in records)
+        return Stop(f"attempt budget of {policy.max_attempts} spent: {spent}")
+    before = excluded_after(records[:-1], exclude)
+    after = excluded_after(records, exclude)
+    new = after[len(before) :]
+    if new:
+        shortage = _node_shortage(usable_nodes, after, nodes_needed)
+        if shortage:
+            return Stop(shortage)
+    return Retry(after, policy.delay(len(records)), new)
+
+
 def _ignore(_record: AttemptRecord) -> None:
     pass
 
@@ -242,32 +315,39 @@ def supervise(
     *,
     nodes_needed: int,
     exclude: Sequence[str] = (),
+    earlier: Sequence[AttemptRecord] = (),
     record: Callable[[AttemptRecord], None] = _ignore,
     echo: Callable[[str], None] = print,
     sleep: Callable[[float], None] = time.sleep,
     classify: Callable[..., Failure] = classify_failure,
 ) -> SupervisedOutcome:
-    """Run attempts of a job through ``backend`` until one succeeds, a failure is not retryable,
-    excluding suspects leaves fewer than ``nodes_needed`` nodes, or ``policy.max_attempts`` are
-    spent.
+    """Run attempts of a job through ``backend`` until :func:`decide` says stop or done: a
+    blocking driver of the decision, for the CLI (the Airflow operator drives it without
+    blocking).
 
-    Each attempt ends in one :class:`AttemptRecord` passed to ``record`` and one line to ``echo``.
-    A retryable failure adds its suspect nodes to the exclude list (deduplicated, order kept);
-    the supervisor then waits ``policy.delay(n)`` through ``sleep`` and runs attempt ``n + 1``.
+    ``earlier``: the run's attempts before this call (a resumed run, an Airflow retry): numbers
+    and the budget continue after them, and a last one that needs no retry ends the call at
+    once. Each attempt ends in one :class:`AttemptRecord` passed to ``record`` and one line to
+    ``echo``; between attempts the supervisor waits ``policy.delay(n)`` through ``sleep``.
     ``classify`` is called like :func:`classify_failure`.
     """
     if nodes_needed < 1:
         raise ValueError(f"nodes_needed must be >= 1, got {nodes_needed}")
-    excluded = tuple(dict.fromkeys(exclude))
-    records: list[AttemptRecord] = []
+    records: list[AttemptRecord] = list(earlier)
+    failures: dict[int, Failure] = {}
+    """This call's classifications by attempt number (with the traceback excerpt records lack)."""
+    usable_nodes = getattr(backend, "usable_nodes", None)
 
-    def outcome(succeeded: bool, final: Failure | None, reason: str) -> SupervisedOutcome:
-        return SupervisedOutcome(succeeded, records, final, reason, goodput(records), excluded)
-
-    shortage = _node_shortage(backend, excluded, nodes_needed)
-    if shortage:
-        echo(f"not submitting: {shortage}")
-        return outcome(False, None, shortage)
+    def outcome(decision: Decision) -> SupervisedOutcome:
+        last = records[-1] if records else None
+        failure = None
+        if last is not None and last.kind is not None:
+            failure = failures.get(last.number) or _failure_of(last)
+        mine = records[len(earlier) :]
+        return SupervisedOutcome(
+            isinstance(decision, Done), mine, failure, decision.reason, goodput(records),
+            excluded_after(records, exclude),
+        )  # fmt: skip
 
     def diagnose(result: AttemptResult) -> Failure:
         state = result.slurm_state or _CLASSIFIER_STATE.get(result.state, result.state.value)
@@ -276,55 +356,68 @@ def supervise(
             retry_oom=policy.retry_oom, lost_nodes=result.lost_nodes,
         )  # fmt: skip
 
-    failure: Failure | None = None
-    for number in range(1, policy.max_attempts + 1):
-        result = backend.run_attempt(number, excluded)
-        for earlier in result.requeued:  # SLURM requeued the job itself: attempts of their own
-            lost = diagnose(earlier)
-            entry = attempt_record(len(records) + 1, earlier, lost, excluded)
+    decision: Decision
+    if records:
+        decision = decide(
+            records, policy, nodes_needed=nodes_needed, exclude=exclude, usable_nodes=usable_nodes
+        )
+        if not isinstance(decision, Retry):
+            echo(f"not submitting: {decision.reason}")
+            return outcome(decision)
+    else:
+        shortage = _node_shortage(usable_nodes, tuple(dict.fromkeys(exclude)), nodes_needed)
+        if shortage:
+            echo(f"not submitting: {shortage}")
+            return outcome(Stop(shortage))
+    while True:
+        excluded = excluded_after(records, exclude)
+        result = backend.run_attempt(len(records) + 1, excluded)
+        for requeued in result.requeued:  # SLURM requeued the job itself: attempts of their own
+            lost = diagnose(requeued)
+            entry = attempt_record(
+                len(records) + 1, requeued, lost, excluded_after(records, exclude)
+            )
             records.append(entry)
             record(entry)
-            excluded += tuple(n for n in dict.fromkeys(lost.suspect_nodes) if n not in excluded)
             echo(
-                f"attempt {entry.number}/{policy.max_attempts}: {_where(earlier)} failed: "
+                f"attempt {entry.number}/{policy.max_attempts}: {_where(requeued)} failed: "
                 f"{lost.summary}; SLURM requeued the job itself"
             )
-        head = f"attempt {len(records) + 1}/{policy.max_attempts}: {_where(result)}"
-        if result.state is JobState.SUCCEEDED:
-            records.append(attempt_record(len(records) + 1, result, None, excluded))
-            record(records[-1])
-            echo(f"{head} succeeded{_steps(result)}")
-            return outcome(True, None, f"succeeded after {len(records)} attempt(s)")
-
-        failure = diagnose(result)
-        entry = attempt_record(len(records) + 1, result, failure, excluded)
+        failure = None if result.state is JobState.SUCCEEDED else diagnose(result)
+        entry = attempt_record(len(records) + 1, result, failure, excluded_after(records, exclude))
         records.append(entry)
-        head = f"{head} failed: {failure.summary}"
-
-        if not failure.retryable:
-            record(entry)
-            echo(f"{head}; stopping")
-            return outcome(False, failure, f"not retryable: {failure.summary}")
-        new = tuple(dict.fromkeys(n for n in failure.suspect_nodes if n not in excluded))
-        excluded = excluded + new
-        if len(records) >= policy.max_attempts:
-            record(entry)
-            echo(f"{head}; attempt budget spent")
-            break
-        shortage = _node_shortage(backend, excluded, nodes_needed) if new else None
-        if shortage:
-            record(entry)
-            echo(f"{head}; stopping: {shortage}")
-            return outcome(False, failure, shortage)
-
-        entry.wait_before_next_s = policy.delay(len(records))
+        if failure is not None:
+            failures[entry.number] = failure
+        decision = decide(
+            records, policy, nodes_needed=nodes_needed, exclude=exclude, usable_nodes=usable_nodes
+        )
+        head = f"attempt {entry.number}/{policy.max_attempts}: {_where(result)}"
+        if isinstance(decision, Retry):
+            entry.wait_before_next_s = decision.delay_s
         record(entry)
-        without = f" without {','.join(new)}" if new else ""
-        echo(f"{head}; retrying in {entry.wait_before_next_s:g} s{without}")
-        sleep(entry.wait_before_next_s)
+        if isinstance(decision, Done):
+            echo(f"{head} succeeded{_steps(result)}")
+            return outcome(decision)
+        head = f"{head} failed: {entry.summary}"
+        if isinstance(decision, Stop):
+            if not entry.retryable:
+                echo(f"{head}; stopping")
+            elif len(records) >= policy.max_attempts:
+                echo(f"{head}; attempt budget spent")
+            else:
+                echo(f"{head}; stopping: {decision.reason}")
+            return outcome(decision)
+        without = f" without {','.join(decision.new_suspects)}" if decision.new_suspects else ""
+        echo(f"{head}; retrying in {decision.delay_s:g} s{without}")
+        sleep(decision.delay_s)
 
-    spent = "; ".join(f"{r.number}: {r.summary}" for r in records)
-    return outcome(False, failure, f"attempt budget of {policy.max_attempts} spent: {spent}")
+
+def _failure_of(entry: AttemptRecord) -> Failure:
+    """The classification an attempt record keeps, as a :class:`Failure` again."""
+    return Failure(
+        kind=FailureKind(entry.kind), retryable=entry.retryable, summary=entry.summary,
+        evidence=entry.evidence, suspect_nodes=entry.suspect_nodes,
+    )  # fmt: skip
 
 
 def attempt_record(
@@ -357,9 +450,12 @@ def attempt_record(
     )
 
 
-def _node_shortage(backend: object, exclude: tuple[str, ...], nodes_needed: int) -> str | None:
+def _node_shortage(
+    usable_nodes: Callable[[tuple[str, ...]], int | None] | None,
+    exclude: tuple[str, ...],
+    nodes_needed: int,
+) -> str | None:
     """Why the job cannot run without ``exclude``, or None if it can (or nobody knows)."""
-    usable_nodes = getattr(backend, "usable_nodes", None)
     if not exclude or usable_nodes is None:
         return None
     usable = usable_nodes(exclude)

@@ -327,3 +327,84 @@ def test_records_and_outcome_are_json_serialisable():
     summary = json.loads(json.dumps(outcome.to_dict()))
     assert summary["succeeded"] and summary["exclude"] == ["node2"]
     assert summary["attempts"] == loaded
+
+
+# --- the decision -----------------------------------------------------------------------------
+
+
+def classified(result: AttemptResult, number: int, excluded: tuple[str, ...] = ()):
+    """``result`` as the run's attempt record ``number``, classified by the real classifier."""
+    from ffjobs.slurm.supervisor import attempt_record
+
+    if result.state is JobState.SUCCEEDED:
+        return attempt_record(number, result, None, excluded)
+    state = result.slurm_state or {"NODE_FAILED": "NODE_FAIL"}.get(result.state.value, "FAILED")
+    failure = classify_failure(state, result.exit_code, result.ranks)
+    return attempt_record(number, result, failure, excluded)
+
+
+@pytest.mark.parametrize(
+    ("history", "max_attempts", "expected"),
+    [
+        ([success()], 4, ("Done", "succeeded after 1 attempt(s)")),
+        ([gloo_failure(), success()], 4, ("Done", "succeeded after 2 attempt(s)")),
+        ([gloo_failure()], 4, ("Retry", ("node2",), 2.0)),
+        ([gloo_failure(), gloo_failure()], 4, ("Retry", ("node2",), 4.0)),
+        ([node_failure("node3"), gloo_failure()], 4, ("Retry", ("node3", "node2"), 4.0)),
+        ([gloo_failure()], 1, ("Stop", "attempt budget of 1 spent: 1: communicator failure")),
+        ([gloo_failure(), gloo_failure()], 2, ("Stop", "attempt budget of 2 spent: 1: ")),
+        ([user_code_failure()], 4, ("Stop", "not retryable: ValueError on rank 0")),
+        ([oom_failure()], 4, ("Stop", "not retryable: out of memory")),
+        ([gloo_failure(), user_code_failure()], 4, ("Stop", "not retryable: ValueError on rank 0")),
+    ],
+)
+def test_decide_over_failure_kinds_and_budgets(history, max_attempts, expected):
+    from ffjobs.slurm.supervisor import Done, Retry, Stop, decide
+
+    records = [classified(result, n) for n, result in enumerate(history, start=1)]
+    decision = decide(records, policy(max_attempts=max_attempts), nodes_needed=1)
+    kind = expected[0]
+    assert type(decision) is {"Done": Done, "Retry": Retry, "Stop": Stop}[kind]
+    if kind == "Retry":
+        assert (decision.exclude, decision.delay_s) == expected[1:]
+    else:
+        assert decision.reason.startswith(expected[1]), decision.reason
+
+
+def test_decide_stops_when_the_suspects_leave_too_few_nodes():
+    from ffjobs.slurm.supervisor import Stop, decide
+
+    records = [classified(node_failure("node3"), 1)]
+    usable = CountingBackend().usable_nodes
+    decision = decide(
+        records, policy(), nodes_needed=3, exclude=("node4",), usable_nodes=usable
+    )  # fmt: skip
+    assert decision == Stop("excluding node4,node3 leaves 2 of the 3 nodes the job needs")
+
+
+def test_the_budget_is_the_runs_and_continues_across_supervisors():
+    """A resumed run (or an Airflow retry) that already spent 3 of 4 attempts gets one more,
+    numbered 4, without the suspects found before; a run whose budget is spent submits
+    nothing."""
+    earlier = [classified(gloo_failure(job_id=str(n)), n) for n in (1, 2, 3)]
+    backend = FakeBackend(gloo_failure(job_id="4"), success())
+    outcome, records, lines, _ = run(backend, earlier=earlier)
+    assert backend.calls == [(4, ("node2",))]
+    assert [r.number for r in records] == [4] and not outcome.succeeded
+    assert outcome.reason.startswith("attempt budget of 4 spent: 1: ")
+    assert lines[-1].startswith("attempt 4/4:") and lines[-1].endswith("attempt budget spent")
+
+    spent = [*earlier, records[0]]
+    backend = FakeBackend(success())
+    outcome, records, lines, _ = run(backend, earlier=spent)
+    assert backend.calls == [] and records == [] and not outcome.succeeded
+    assert lines == [f"not submitting: {outcome.reason}"]
+    assert outcome.final is not None and outcome.final.kind is FailureKind.COMMUNICATOR
+
+
+def test_a_run_whose_last_attempt_succeeded_is_done_without_submitting():
+    earlier = [classified(gloo_failure(), 1), classified(success(), 2, ("node2",))]
+    backend = FakeBackend(success())
+    outcome, records, _, _ = run(backend, earlier=earlier)
+    assert backend.calls == [] and outcome.succeeded
+    assert outcome.reason == "succeeded after 2 attempt(s)"
