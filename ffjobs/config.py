@@ -61,7 +61,7 @@ class ConfigError(UserError, ValueError):
         if source:
             where = source + (f":{line}" if line else "") + ": "
         if key:
-            where += f"{key}: "
+            where += f"{_quotable_key(key)}: "
         super().__init__(where + message)
 
 
@@ -96,6 +96,36 @@ class Config:
 # --------------------------------------------------------------------------- YAML reading
 
 
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest config file read (1 MiB): the presets are a few KiB; a bigger file is a mistake or an
+attack, and refusing it before reading bounds the time and memory a config can cost."""
+MAX_CONFIG_VALUES = 100_000
+"""Most nodes a document may hold once its aliases are expanded: later steps (merging, type
+checks) walk the expanded data, so a "billion laughs" of nested aliases is refused here."""
+ECHO_CHARS = 80
+"""Longest key or value an error message quotes: enough to recognise it, never a file's body."""
+
+
+def short(value: Any) -> str:
+    """``repr(value)`` cut to :data:`ECHO_CHARS` (an ellipsis says it was cut), for messages."""
+    text = repr(value)
+    return text if len(text) <= ECHO_CHARS else text[: ECHO_CHARS - 3] + "..."
+
+
+def _short_text(text: str) -> str:
+    """A key or a message fragment cut to :data:`ECHO_CHARS`, unquoted."""
+    return text if len(text) <= ECHO_CHARS else text[: ECHO_CHARS - 3] + "..."
+
+
+_KEY_NAME = re.compile(rf"[A-Za-z0-9_.\[\]-]{{1,{ECHO_CHARS}}}")
+
+
+def _quotable_key(key: str) -> str:
+    """``key`` if it looks like a config key path; else a stand-in, since a key that is not a
+    name is a file's content (the first line of a file that is no config parses as one key)."""
+    return key if _KEY_NAME.fullmatch(key) else "(a key that is not a config name)"
+
+
 class _LineTrackingLoader(yaml.SafeLoader):
     """SafeLoader that also reads YAML 1.2 floats such as ``3e-4`` and ``1e6`` as numbers."""
 
@@ -117,34 +147,98 @@ class _DuplicateKey(Exception):
         self.key, self.line, self.first_line = key, line, first_line
 
 
+class _TooBig(Exception):
+    """The document expands past :data:`MAX_CONFIG_VALUES` nodes, or its aliases form a cycle."""
+
+
 def _parse_yaml(text: str, prefix: str = "") -> tuple[Any, dict[str, int]]:
     """Parse YAML text with the loader's rules; return the data and a ``{dotted.key: line}`` index.
 
-    Raises ``yaml.YAMLError`` for bad YAML and :class:`_DuplicateKey` for a key repeated in one
-    mapping (PyYAML would silently keep the last one).
+    Raises ``yaml.YAMLError`` for bad YAML, :class:`_DuplicateKey` for a key repeated in one
+    mapping (PyYAML would silently keep the last one) and :class:`_TooBig` for a document whose
+    aliases expand past :data:`MAX_CONFIG_VALUES` nodes. Every step is linear in the document.
     """
     loader = _LineTrackingLoader(text)
     try:
         node = loader.get_single_node()
+        _check_expanded_size(node)  # before anything walks the expanded tree
         lines: dict[str, int] = {}
-        _index_lines(node, prefix, lines, loader)
+        _index_lines(node, prefix, lines, loader, set())
         data = loader.construct_document(node) if node is not None else None
     finally:
         loader.dispose()
     return data, lines
 
 
+def _check_expanded_size(root: yaml.Node | None) -> None:
+    """Raise :class:`_TooBig` if ``root`` expands past :data:`MAX_CONFIG_VALUES` nodes.
+
+    An alias shares its anchor's node, so each node's expanded size is computed once (memoised
+    by identity, children before parents, without recursion): linear in the composed nodes.
+    """
+    if root is None:
+        return
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        ident = id(node)
+        if children_done:
+            on_path.discard(ident)
+            size = 1 + sum(sizes[id(child)] for child in _children(node))
+            if size > MAX_CONFIG_VALUES:
+                raise _TooBig(
+                    f"expands to more than {MAX_CONFIG_VALUES} values (check its aliases)"
+                )
+            sizes[ident] = size
+            continue
+        if ident in sizes:
+            continue
+        if ident in on_path:
+            raise _TooBig("an alias refers to a node that contains it (a recursive alias)")
+        on_path.add(ident)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
-    """Parse one YAML file safely; return its mapping and a ``{dotted.key: line}`` index."""
+    """Parse one YAML file safely; return its mapping and a ``{dotted.key: line}`` index.
+
+    A file over :data:`MAX_CONFIG_BYTES` is refused before it is read; no error quotes more of
+    the file than one key and a short value.
+    """
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            # read one byte past the limit: a FIFO or /dev/zero has no honest st_size
+            raw = stream.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            size = path.stat().st_size
+            what = f"{size} bytes" if size > MAX_CONFIG_BYTES else "larger"
+            raise ConfigError(
+                f"file is {what}, over the {MAX_CONFIG_BYTES // 1024} KiB limit for a config",
+                source=source,
+            )
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError("file not found", source=source) from None
     except IsADirectoryError:
         raise ConfigError("is a directory, expected a YAML file", source=source) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read: {exc}", source=source) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text (byte {exc.start})", source=source) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read: {exc.strerror or type(exc).__name__}", source=source
+        ) from None
     try:
         data, lines = _parse_yaml(text)
     except _DuplicateKey as exc:
@@ -154,11 +248,16 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
             key=exc.key,
             line=exc.line,
         ) from None
+    except _TooBig as exc:
+        raise ConfigError(str(exc), source=source) from None
+    except RecursionError:
+        raise ConfigError("nested too deeply to be a config", source=source) from None
     except yaml.constructor.ConstructorError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         tag = (exc.problem or "").split("'")[1] if "'" in (exc.problem or "") else "tag"
         raise ConfigError(
-            f"unsafe YAML tag {tag} is not allowed; use plain mappings, lists and scalars",
+            f"unsafe YAML tag {_short_text(tag)} is not allowed; use plain mappings, lists and "
+            "scalars",
             source=source,
             line=line,
         ) from None
@@ -166,7 +265,9 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else None
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"YAML syntax error: {problem}", source=source, line=line) from None
+        raise ConfigError(
+            f"YAML syntax error: {_short_text(problem)}", source=source, line=line
+        ) from None
     if data is None:
         return {}, {}
     if not isinstance(data, dict):
@@ -177,12 +278,23 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
 
 
 def _index_lines(
-    node: yaml.Node | None, prefix: str, out: dict[str, int], loader: yaml.SafeLoader
+    node: yaml.Node | None,
+    prefix: str,
+    out: dict[str, int],
+    loader: yaml.SafeLoader,
+    seen: set[int],
 ) -> None:
-    """Record the line of every mapping key under ``prefix``; raise on a repeated key."""
+    """Record the line of every mapping key under ``prefix``; raise on a repeated key.
+
+    A node reached again through an alias was checked at its anchor: it is not walked again
+    (its keys keep no line of their own under the alias), so the walk is linear.
+    """
+    if node is None or id(node) in seen:
+        return
+    seen.add(id(node))
     if isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _index_lines(item, f"{prefix}[{i}]", out, loader)
+            _index_lines(item, f"{prefix}[{i}]", out, loader, seen)
     if not isinstance(node, yaml.MappingNode):
         return
     first_lines: dict[Any, int] = {}
@@ -196,7 +308,7 @@ def _index_lines(
                 raise _DuplicateKey(key, line, first_lines[ident])
             first_lines[ident] = line
         out[key] = line
-        _index_lines(value_node, key, out, loader)
+        _index_lines(value_node, key, out, loader, seen)
 
 
 def embedded_preset_dirs() -> list[Path]:
@@ -250,7 +362,7 @@ def _load_layers(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, dic
         parent_path = resolve_preset(parent, relative_to=path)
         if not parent_path.exists():
             raise ConfigError(
-                f"preset '{parent}' not found (looked beside this file and in configs/)",
+                f"preset {short(parent)} not found (looked beside this file and in configs/)",
                 source=str(path),
                 key="extends",
                 line=lines.get("extends"),
@@ -322,7 +434,7 @@ def _coerce(value: Any, tp: Any, key: str, origin: _Origin) -> Any:
     """Check ``value`` against the annotation ``tp``; return it converted where lossless."""
     kind = typing.get_origin(tp)
     bad = origin.error(
-        key, f"expected {_describe_type(tp)}, got {value!r} ({type(value).__name__})"
+        key, f"expected {_describe_type(tp)}, got {short(value)} ({type(value).__name__})"
     )
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
@@ -390,10 +502,10 @@ def _check_range(value: Any, meta: Mapping[str, Any], key: str, origin: _Origin)
     ]
     for name, ok, symbol in checks:
         if name in meta and not ok(value, meta[name]):
-            raise origin.error(key, f"must be {symbol} {meta[name]}, got {value!r}")
+            raise origin.error(key, f"must be {symbol} {meta[name]}, got {short(value)}")
     if "choices" in meta and value not in meta["choices"]:
         allowed = ", ".join(repr(c) for c in meta["choices"])
-        raise origin.error(key, f"must be one of {allowed}, got {value!r}")
+        raise origin.error(key, f"must be one of {allowed}, got {short(value)}")
 
 
 def _build(cls: type, data: Mapping[str, Any], prefix: str, origin: _Origin) -> Any:
@@ -430,11 +542,14 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ConfigError(f"override {text!r} must look like key.path=value", source="--set")
+        raise ConfigError(f"override {short(text)} must look like key.path=value", source="--set")
     try:
         value = _parse_yaml(raw, prefix=key)[0] if raw.strip() else ""
     except _DuplicateKey as exc:
         raise ConfigError("duplicate key", source="--set", key=exc.key) from None
+    except (_TooBig, RecursionError) as exc:
+        reason = str(exc) if isinstance(exc, _TooBig) else "nested too deeply"
+        raise ConfigError(f"value {reason}", source="--set", key=key) from None
     except yaml.YAMLError:
         value = raw
     return key, value

@@ -346,3 +346,197 @@ def test_param_schema_choices_metadata_becomes_an_enum(monkeypatch):
 def test_param_schema_unknown_key_raises(key):
     with pytest.raises(KeyError, match="no config field"):
         param_schema(key)
+
+
+# --------------------------------------------------------------------------- bounded cost
+
+
+def billion_laughs(levels: int) -> str:
+    """Each level is a list of nine aliases to the level below: 9**levels strings expanded."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for level in range(1, levels + 1):
+        below = ", ".join([f"*l{level - 1}"] * 9)
+        lines.append(f"l{level}: &l{level} [{below}]")
+    return "\n".join(lines) + "\n"
+
+
+def merge_laughs(levels: int) -> str:
+    """The same with merge keys: each level merges the one below nine times."""
+    lines = ["m0: &m0 {a: 1, b: 2, c: 3}"]
+    for level in range(1, levels + 1):
+        below = ", ".join([f"*m{level - 1}"] * 9)
+        lines.append(f"m{level}: &m{level} {{<<: [{below}], k{level}: 1}}")
+    return "\n".join(lines) + "\n"
+
+
+LOAD_AND_MEASURE = """
+import json, resource, sys, time
+from ffjobs.config import ConfigError, load_config
+baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.monotonic()
+try:
+    load_config(sys.argv[1])
+    message = None
+except ConfigError as exc:
+    message = str(exc)
+seconds = time.monotonic() - start
+grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - baseline
+print(json.dumps({"seconds": seconds, "grown_mib": grown_kib / 1024, "message": message}))
+"""
+
+
+def load_in_a_fresh_process(path: Path) -> dict:
+    """Load ``path`` in a new interpreter: its time and peak-RSS growth over the import baseline
+    (ru_maxrss is a peak, so the growth counts only what loading the config added)."""
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_MEASURE, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout)
+
+
+def fifty_megabytes(tmp_path: Path) -> Path:
+    path = tmp_path / "huge.yaml"
+    line = "# " + "x" * 97 + "\n"  # 100 bytes a line: a comment YAML would read to the end
+    with path.open("w") as out:
+        out.write("name: huge\n")
+        out.write(line * (50 * 1024 * 1024 // len(line)))
+    return path
+
+
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda tmp: write(tmp, "laughs.yaml", billion_laughs(9)), "expands to more than"),
+        (lambda tmp: write(tmp, "merges.yaml", merge_laughs(9)), "expands to more than"),
+        (fifty_megabytes, "over the 1024 KiB limit"),
+    ],
+    ids=["billion-laughs-9", "merge-keys-9", "50-MB"],
+)
+def test_hostile_configs_are_refused_fast_and_small(tmp_path, make, needle):
+    path = make(tmp_path)
+    measured = load_in_a_fresh_process(path)
+    assert measured["message"] is not None and needle in measured["message"]
+    assert str(path) in measured["message"]
+    # The acceptance bound is 2 s; refusing takes milliseconds (the laughs expand nothing, the
+    # big file is refused after reading 1 MiB), so 2 s also holds on a loaded machine.
+    assert measured["seconds"] < 2.0, measured
+    # Acceptance bound 100 MB above the interpreter and imports; the refusal reads at most
+    # 1 MiB and composes a few hundred nodes.
+    assert measured["grown_mib"] < 100, measured
+
+
+@pytest.mark.parametrize("levels", [9])
+def test_cli_refuses_a_billion_laughs_in_one_short_line(tmp_path, levels):
+    path = write(tmp_path, "laughs.yaml", billion_laughs(levels))
+    result = subprocess.run(
+        [sys.executable, "-m", "ffjobs.cli", "config", "show", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1
+    assert len(result.stderr) < 300 + len(str(path))
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_refuses_a_50_mb_config_in_one_short_line(tmp_path):
+    path = fifty_megabytes(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "ffjobs.cli", "config", "show", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"ffjobs: error: {path}: file is {path.stat().st_size} bytes, "
+        "over the 1024 KiB limit for a config"
+    )
+
+
+def test_a_config_at_the_size_limit_still_loads(tmp_path):
+    from ffjobs.config import MAX_CONFIG_BYTES
+
+    head = "name: edge\n"
+    path = write(tmp_path, "edge.yaml", head + "#" * (MAX_CONFIG_BYTES - len(head) - 1) + "\n")
+    assert path.stat().st_size == MAX_CONFIG_BYTES
+    assert load_config(path).name == "edge"
+
+
+def test_a_few_aliases_still_load_and_index_lines(tmp_path):
+    path = write(
+        tmp_path,
+        "anchors.yaml",
+        "data: &d\n  source: runs/x\ntrain:\n  steps: 3\n  steps: 4\n",
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.key == "train.steps" and info.value.line == 5
+    shared = write(tmp_path, "shared.yaml", "slurm:\n  exclude: &nodes [a, b]\n")
+    assert load_config(shared).slurm.exclude == ["a", "b"]
+
+
+def test_line_tracking_is_linear_in_aliases(tmp_path):
+    # 7 levels took 31 s when the line index walked every alias path; now the expansion check
+    # refuses at once; 5 levels (59 049 values) is under the limit and must load quickly.
+    five = billion_laughs(5).replace("l0:", "x0:").splitlines()
+    text = "slurm:\n  exclude: []\n" + "\n".join("# " + line for line in five) + "\n"
+    path = write(tmp_path, "five.yaml", text)
+    assert load_config(path).slurm.exclude == []
+
+
+def test_a_recursive_alias_is_refused(tmp_path):
+    path = write(tmp_path, "loop.yaml", "slurm:\n  exclude: &a [x, *a]\n")
+    with pytest.raises(ConfigError, match="recursive alias"):
+        load_config(path)
+
+
+def test_deep_nesting_is_one_line_not_a_recursion_traceback(tmp_path):
+    path = write(tmp_path, "deep.yaml", "name: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(ConfigError, match="nested too deeply|expands to more than"):
+        load_config(path)
+
+
+def test_errors_quote_at_most_a_short_prefix_of_a_value(tmp_path):
+    secret = "S3CRETLINE" + "y" * 5000
+    path = write(tmp_path, "long.yaml", f"name: [{secret}]\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "S3CRETLINE" in str(info.value)  # a short prefix, to recognise the value
+    assert "y" * 100 not in str(info.value)
+    assert len(str(info.value)) < 300 + len(str(path))
+
+
+def test_errors_quote_at_most_a_short_prefix_of_a_key(tmp_path):
+    path = write(tmp_path, "key.yaml", "K" * 5000 + ": 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "K" * 100 not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "root:$6$abcdefgh$MARKERhash:19000:0:99999:7:::\n",  # a shadow line: a plain scalar
+        "MARKER first line\nsecond line\n",
+        "- MARKER\n- list\n",
+    ],
+)
+def test_a_file_that_is_not_a_mapping_is_not_quoted(tmp_path, content):
+    path = write(tmp_path, "notconfig", content)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "MARKER" not in str(info.value)
+    assert str(info.value).startswith(f"{path}:1: ")
+
+
+def test_a_long_override_value_is_cut_in_the_error():
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["train.steps=" + "9" * 40 + "z" * 5000])
+    assert "z" * 100 not in str(info.value)
