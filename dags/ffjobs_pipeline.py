@@ -1,7 +1,10 @@
 """ffjobs pipeline: validate -> preflight -> train -> evaluate -> register.
 
 Trigger it by hand from the UI form: pick a config preset and override a few common fields
-(empty keeps the preset's value), or add any ``key=value`` under ``overrides``. One DAG run is
+(empty keeps the preset's value), or add any ``key=value`` under ``overrides``. A conf with an
+unknown field, a config outside ``configs/``, a path leaving the working folder or a value the
+typed config refuses is answered 400 by the api-server (the ffjobs plugin) and no DAG run is
+made; the first task checks the same again. One DAG run is
 one run: a run key, a run directory (``runs/<run key>`` under the worker's working directory),
 its own checkpoint folder and one MLflow run; ``resume`` continues an earlier run instead. Each
 task's XCom carries the run key and the stage's small facts (report paths, verdict, checkpoint,
@@ -16,6 +19,13 @@ from typing import Any
 from airflow.sdk import Param, dag, task
 
 from ffjobs.airflow import tasks
+from ffjobs.airflow.trigger_conf import (
+    CONFIG_NAME_PATTERN,
+    MAX_OVERRIDE_CHARS,
+    MAX_OVERRIDES,
+    RUN_KEY_PATTERN,
+    preset_names,
+)
 from ffjobs.config import param_schema
 
 
@@ -29,9 +39,11 @@ from ffjobs.config import param_schema
         "config": Param(
             "local",
             type="string",
-            minLength=1,
+            pattern=CONFIG_NAME_PATTERN,
+            examples=preset_names(),
             title="Config preset",
-            description="Preset name in configs/ (local, train-256, ...) or a YAML path.",
+            description="A shipped preset, or a YAML file's path relative to the deployment's "
+            "configs/ folder (no absolute path, no '..').",
         ),
         "train_steps": Param(
             None,
@@ -67,7 +79,7 @@ from ffjobs.config import param_schema
         "resume": Param(
             None,
             type=["null", "string"],
-            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+            pattern=RUN_KEY_PATTERN,
             title="Resume run",
             description="Run key to continue (its config, checkpoints and MLflow run; the fields "
             "above override it); empty starts a new run.",
@@ -75,9 +87,16 @@ from ffjobs.config import param_schema
         "overrides": Param(
             [],
             type="array",
-            items={"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_.]*=.*$"},
+            items={
+                "type": "string",
+                "pattern": r"^[A-Za-z_][A-Za-z0-9_.]*=.*$",
+                "maxLength": MAX_OVERRIDE_CHARS,
+            },
+            maxItems=MAX_OVERRIDES,
             title="Other overrides",
-            description="key=value lines, as ffjobs --set (e.g. train.batch_size=16).",
+            description="key=value lines, as ffjobs --set (e.g. train.batch_size=16); each "
+            "value is checked by the config's own types and ranges, and paths stay inside the "
+            "working folder.",
         ),
     },
 )

@@ -16,7 +16,6 @@ nothing to do (a resumed run already trained, a version already registered) is s
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -24,21 +23,13 @@ from typing import Any
 from airflow.sdk import get_current_context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from ffjobs.airflow.trigger_conf import check_trigger_conf
 from ffjobs.config import Config, load_config
 from ffjobs.errors import ExitCode, UserError
 from ffjobs.runs.run import Run, attach_run, create_run, finish_run, resume_run, resumed_config
 from ffjobs.runs.stages import STAGES, check_plan, run_stage
 
 log = logging.getLogger(__name__)
-
-PARAM_OVERRIDES: dict[str, str] = {
-    "train_steps": "train.steps",
-    "train_lr": "train.lr",
-    "data_source": "data.source",
-    "slurm_nodes": "slurm.nodes",
-    "nproc": "slurm.tasks_per_node",
-}
-"""Typed DAG Params and the config key each one sets (left empty, the preset's value stays)."""
 
 STAGE_FACTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "validate": ("validation_", ("fingerprint", "report")),
@@ -51,21 +42,12 @@ STAGE_FACTS: dict[str, tuple[str, tuple[str, ...]]] = {
 ``checkpoint``, ``evaluation_metrics``, ``registered_version``)."""
 
 
-def overrides_from_params(params: Mapping[str, Any]) -> list[str]:
-    """The ``--set`` strings the Params stand for: typed Params first, then ``overrides``."""
-    sets = [
-        f"{key}={_yaml_scalar(params[name])}"
-        for name, key in PARAM_OVERRIDES.items()
-        if params.get(name) is not None
-    ]
-    return sets + [str(text) for text in params.get("overrides") or []]
-
-
 def config_from_params(params: Mapping[str, Any]) -> Config:
     """Load ``params["config"]`` (a preset name or YAML path) with the Params' overrides; with
     ``params["resume"]``, the config that run was started with plus the overrides."""
     try:
-        preset, overrides = params.get("config") or "local", overrides_from_params(params)
+        # the api-server refused a bad conf already; a run triggered another way stops here
+        preset, overrides = check_trigger_conf(params)
         if params.get("resume"):
             return resumed_config(str(params["resume"]), overrides, preset)
         return load_config(preset, overrides)
@@ -150,8 +132,3 @@ def _state(run: Run, stage: str) -> dict[str, Any]:
         "mlflow_run_id": run.mlflow_run_id,
         **{prefix + key: facts.get(key) for key in keys},
     }
-
-
-def _yaml_scalar(value: Any) -> str:
-    """A Param's value as ``--set`` reads it back (a YAML scalar): strings quoted."""
-    return json.dumps(value)

@@ -17,7 +17,9 @@ class SlurmConfig:
     account: str | None = None
     qos: str | None = None
     constraint: str | None = None
-    nodes: int = field(default=1, metadata={"ge": 1})
+    # 1024 is beyond any one training job this product runs (data-parallel over a few dozen
+    # nodes) yet catches a slip such as 10000, which would sit in the queue or hit the scheduler
+    nodes: int = field(default=1, metadata={"ge": 1, "le": 1024})
     gpus_per_node: int = field(default=0, metadata={"ge": 0})
     tasks_per_node: int = field(default=1, metadata={"ge": 1})
     """One task per GPU on GPU clusters; on CPU, ranks per node."""

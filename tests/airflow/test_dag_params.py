@@ -78,3 +78,43 @@ def test_the_form_refuses_what_the_config_refuses_and_empty_keeps_the_preset(par
         "train_lr": [True, True, False, False],
         "slurm_nodes": [True, True, False],
     }
+
+
+CONFIG_PARAM = textwrap.dedent(
+    """
+    import json, sys
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    dag = DagBag(dag_folder=sys.argv[1]).dags["ffjobs_pipeline"]
+    values = ["local", "clusters/minicluster", "team/mine.yaml", "/etc/shadow", "../x",
+              "a/../../b", "~root/x"]
+    accepted = {}
+    for value in values:
+        try:
+            dag.params.get_param("config").resolve(value)
+            accepted[value] = True
+        except ParamValidationError:
+            accepted[value] = False
+    print(json.dumps({"accepted": accepted,
+                      "examples": dag.params.get_param("config").schema.get("examples"),
+                      "nodes_max": dag.params.get_param("slurm_nodes").schema.get("maximum")}))
+    """
+)
+
+
+def test_the_config_param_takes_presets_and_relative_paths_only(tmp_path):
+    from ffjobs.airflow.trigger_conf import preset_names
+
+    parsed = parse_dags(CONFIG_PARAM, tmp_path / "home")
+    assert parsed["accepted"] == {
+        "local": True,
+        "clusters/minicluster": True,
+        "team/mine.yaml": True,  # shape only: the api-server's check looks inside configs/
+        "/etc/shadow": False,
+        "../x": False,
+        "a/../../b": False,
+        "~root/x": False,
+    }
+    assert parsed["examples"] == preset_names()
+    assert parsed["nodes_max"] == _metadata(SlurmConfig, "nodes")["le"]

@@ -24,7 +24,7 @@ PARSE = textwrap.dedent(
     heavy = sorted(m for m in ("torch", "numpy", "PIL", "mlflow") if m in sys.modules)
     dag = bag.dags["ffjobs_pipeline"]
 
-    from ffjobs.airflow import tasks
+    from ffjobs.airflow import tasks, trigger_conf
     from airflow.sdk.exceptions import AirflowFailException
 
     try:
@@ -40,11 +40,11 @@ PARSE = textwrap.dedent(
         "downstream": {t: sorted(dag.get_task(t).downstream_task_ids) for t in dag.task_ids},
         "params": {k: {"default": v.value, "schema": v.schema} for k, v in dag.params.items()},
         "heavy_imports": heavy,
-        "param_overrides": tasks.PARAM_OVERRIDES,
-        "sets": tasks.overrides_from_params({
+        "param_overrides": trigger_conf.PARAM_OVERRIDES,
+        "sets": trigger_conf.check_trigger_conf({
             "config": "local", "train_steps": 7, "train_lr": 0.0003, "data_source": "s3://b/p",
             "slurm_nodes": None, "nproc": 2, "overrides": ["train.batch_size=16"],
-        }),
+        })[1],
         "config": tasks.config_from_params({
             "train_steps": 7, "data_source": "s3://b/p", "overrides": ["train.batch_size=16"],
         }).to_dict(),
