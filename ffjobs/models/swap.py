@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from ffjobs.config import Config
 from ffjobs.errors import UserError
+from ffjobs.models.config import ModelConfig
 from ffjobs.models.factory import build_generator
 from ffjobs.models.identity import IdentityEncoder, build_identity_encoder
 
@@ -39,19 +40,25 @@ class FaceSwap(nn.Module):
         return self.generator(target, self.identity_encoder(source))
 
 
+def build_face_swap(cfg: ModelConfig) -> FaceSwap:
+    """The FaceSwap ``cfg`` describes, with weights still to be loaded (a registered model's):
+    ``cfg.identity_weights`` is not read, the state dict brings the encoder's weights too."""
+    generator = build_generator(cfg)
+    return FaceSwap(generator, build_identity_encoder(cfg, load_weights=False), cfg.resolution)
+
+
 def face_swap_from_checkpoint(config: Config, location: str) -> tuple[FaceSwap, int]:
     """``(model, step)`` from the latest verified checkpoint in ``location`` (EMA weights, or
     the generator's own when the run kept no average)."""
     from ffjobs.train.checkpoint import Checkpointer
 
-    checkpointer = Checkpointer(location, s3=config.s3)
-    ref = checkpointer.latest_verified()
-    if ref is None:
+    found = Checkpointer(location, s3=config.s3).load_latest()
+    if found is None:  # each file refused was named in a warning as it was passed
         raise UserError(
-            f"{location}: no verified checkpoint to build a model from; train first "
-            "(ffjobs train, or ffjobs run)"
+            f"{location}: no verified checkpoint that loads safely to build a model from; "
+            "train first (ffjobs train, or ffjobs run)"
         )
-    state = checkpointer.load(ref)
+    ref, state = found
     generator = build_generator(config.model)
     # a run trained with train.ema_decay=null has no average: its generator is what it made
     generator.load_state_dict(state["ema"] if state.get("ema") is not None else state["generator"])
