@@ -1,0 +1,238 @@
+"""A real Airflow 3 for integration tests: its components as subprocesses on loopback.
+
+:class:`AirflowStack` migrates a SQLite metadata database in a temporary ``AIRFLOW_HOME``, then
+starts the components it is asked for (``api-server``, ``dag-processor``, ``scheduler``,
+``triggerer``), each ``airflow <component>`` in its own process group with its output in
+``<home>/<component>.log``: LocalExecutor, the simple auth manager with a known user and
+password, this repository's ``dags/``, no examples. It waits for the api-server's health and the
+``ffjobs_pipeline`` DAG to be parsed, logs in through ``POST /auth/token`` and offers a small
+JSON client (:meth:`get`, :meth:`post`, :meth:`patch`, :meth:`delete`).
+
+Fixtures: ``airflow_api`` (api-server + dag-processor: enough to trigger and inspect DAG runs)
+and ``airflow_stack`` (all four: DAG runs execute). Import the one a test module needs::
+
+    from airflow_stack import airflow_api  # noqa: F401 - a pytest fixture
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ffjobs.local_ranks import free_loopback_port
+
+REPO = Path(__file__).resolve().parents[2]
+COMPONENTS = ("api-server", "dag-processor", "scheduler", "triggerer")
+USERNAME = "admin"
+DAG_ID = "ffjobs_pipeline"
+# Starting takes 20-60 s on a quiet two-core machine (each component imports Airflow and the
+# api-server its whole app); five minutes leaves room for a loaded one.
+START_TIMEOUT_S = 300.0
+
+
+class AirflowStack:
+    """Airflow components in ``home``, run from ``workdir`` (where ``configs/`` and relative
+    paths of the DAG's runs resolve)."""
+
+    def __init__(
+        self,
+        home: Path,
+        workdir: Path,
+        components: Sequence[str] = COMPONENTS,
+        extra_env: dict[str, str] | None = None,
+    ):
+        unknown = set(components) - set(COMPONENTS)
+        assert not unknown, f"unknown Airflow components {sorted(unknown)}"
+        self.home, self.workdir, self.components = home, workdir, tuple(components)
+        self.port = free_loopback_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.password = secrets.token_urlsafe(16)
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.token: str | None = None
+        self.env = {**os.environ, **self._airflow_env(), **(extra_env or {})}
+
+    def _airflow_env(self) -> dict[str, str]:
+        passwords = self.home / "passwords.json"
+        return {
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__AUTH_MANAGER": (
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+            ),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(24),
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(24),
+            # the default ports are shared by every Airflow on the machine
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_loopback_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_loopback_port()),
+        }
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self) -> AirflowStack:
+        """Migrate the database, start the components, log in, wait for the DAG."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.home / "passwords.json").write_text(json.dumps({USERNAME: self.password}))
+        migrate = subprocess.run(
+            [self._airflow(), "db", "migrate"],
+            env=self.env,
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT_S,
+        )
+        assert migrate.returncode == 0, migrate.stdout[-2000:] + migrate.stderr[-2000:]
+        for component in self.components:
+            log = self.log_path(component).open("w")
+            self.processes[component] = subprocess.Popen(
+                [self._airflow(), component],
+                env=self.env,
+                cwd=self.workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stop() ends its children too
+            )
+            log.close()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        if "api-server" in self.components:
+            self._wait("the api-server's health", deadline, self._healthy)
+            self.token = self._login()
+            if "dag-processor" in self.components:
+                self._wait(f"DAG {DAG_ID} to be parsed", deadline, self._dag_parsed)
+        return self
+
+    def stop(self) -> None:
+        """End every component's process group: SIGTERM, then SIGKILL after 30 s."""
+        for process in self.processes.values():
+            _signal_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(process, signal.SIGKILL)
+                process.wait(timeout=10)
+        self.processes.clear()
+
+    def log_path(self, component: str) -> Path:
+        return self.home / f"{component}.log"
+
+    def all_logs(self) -> str:
+        """The components' output and every file under ``<home>/logs`` (task and DAG-processor
+        logs), for tests that check what Airflow wrote down."""
+        paths = [self.log_path(c) for c in self.components]
+        paths += sorted(p for p in (self.home / "logs").rglob("*") if p.is_file())
+        return "\n".join(p.read_text(errors="replace") for p in paths if p.exists())
+
+    def _airflow(self) -> str:
+        return str(Path(sys.executable).parent / "airflow")
+
+    def _wait(self, what: str, deadline: float, ready) -> None:
+        while not ready():
+            for component, process in self.processes.items():
+                if process.poll() is not None:
+                    tail = self.log_path(component).read_text(errors="replace")[-3000:]
+                    raise AssertionError(f"airflow {component} exited waiting for {what}:\n{tail}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; logs in {self.home}")
+            time.sleep(1)
+
+    def _healthy(self) -> bool:
+        try:
+            status, _ = self.request("GET", "/api/v2/monitor/health", auth=False)
+        except OSError:
+            return False
+        return status == 200
+
+    def _dag_parsed(self) -> bool:
+        return self.get(f"/api/v2/dags/{DAG_ID}")[0] == 200
+
+    def _login(self) -> str:
+        status, body = self.request(
+            "POST", "/auth/token", {"username": USERNAME, "password": self.password}, auth=False
+        )
+        assert status in (200, 201), f"login failed: {status} {body}"
+        return body["access_token"]
+
+    # ------------------------------------------------------------------ REST client
+
+    def request(
+        self, method: str, path: str, body: Any = None, *, auth: bool = True
+    ) -> tuple[int, Any]:
+        """One JSON request; returns ``(status, decoded body)`` for every status (no raise)."""
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data, headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310 - loopback
+                status, raw = answer.status, answer.read()
+        except urllib.error.HTTPError as error:
+            status, raw = error.code, error.read()
+        try:
+            return status, json.loads(raw) if raw else None
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def get(self, path: str) -> tuple[int, Any]:
+        return self.request("GET", path)
+
+    def post(self, path: str, body: Any) -> tuple[int, Any]:
+        return self.request("POST", path, body)
+
+    def patch(self, path: str, body: Any) -> tuple[int, Any]:
+        return self.request("PATCH", path, body)
+
+    def delete(self, path: str) -> tuple[int, Any]:
+        return self.request("DELETE", path)
+
+
+def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.killpg(process.pid, sig)
+
+
+def _stack(factory: pytest.TempPathFactory, components: Sequence[str]) -> Iterator[AirflowStack]:
+    root = factory.mktemp("airflow")
+    stack = AirflowStack(root / "home", root / "work", components)
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
+    """The api-server and dag-processor: DAG runs can be triggered and read, none executes."""
+    yield from _stack(tmp_path_factory, ("api-server", "dag-processor"))
+
+
+@pytest.fixture(scope="session")
+def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
+    """All four components: triggered DAG runs execute (LocalExecutor) and can defer."""
+    yield from _stack(tmp_path_factory, COMPONENTS)
