@@ -3,9 +3,10 @@ run exists.
 
 Airflow checks each Param's JSON schema at trigger time but admits conf keys no Param declares,
 and a schema cannot say "a file inside configs/" or "a value the typed config accepts". So a root
-middleware reads the body of ``POST /api/v2/dags/<dag>/dagRuns`` for the DAGs in
-:data:`CHECKED_DAGS`, runs :func:`ffjobs.airflow.trigger_conf.check_trigger_conf` on its conf and
-answers 400 naming the field; the route, and so the DAG run, never happens. The first task runs
+middleware reads the body of ``POST /api/v2/dags/<dag>/dagRuns`` (and of a backfill, whose
+``dag_run_conf`` becomes each run's conf) for the DAGs in :data:`CHECKED_DAGS`, runs
+:func:`ffjobs.airflow.trigger_conf.check_trigger_conf` on the conf and answers 400 naming the
+field; the route, and so the DAG run, never happens. The first task runs
 the same check, so a run created another way (the CLI ``airflow dags trigger``, the scheduler)
 still stops at once. Installed through the ``airflow.plugins`` entry point of the package.
 """
@@ -34,6 +35,7 @@ MAX_BODY_BYTES = 1 << 20
 """A trigger body is a few hundred bytes; a larger one is refused unread (413)."""
 
 _TRIGGER_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/?")
+_BACKFILL_PATH = re.compile(r"/api/v2/backfills(/dry_run)?/?")
 
 
 class TriggerConfCheck:
@@ -54,7 +56,7 @@ class TriggerConfCheck:
         if not complete:
             await _answer(send, 413, f"request body over {MAX_BODY_BYTES} bytes")
             return
-        problem = conf_problem(body)
+        problem = conf_problem(body, self._dag_id(scope), self.dag_ids)
         if problem is not None:
             await _answer(send, 400, problem)
             return
@@ -63,16 +65,26 @@ class TriggerConfCheck:
     def _applies(self, scope: Scope) -> bool:
         if scope.get("type") != "http" or scope.get("method") != "POST":
             return False
-        match = _TRIGGER_PATH.fullmatch(scope.get("path", ""))
-        if match is None or match["dag_id"] not in self.dag_ids:
+        path = scope.get("path", "")
+        trigger = _TRIGGER_PATH.fullmatch(path)
+        if trigger is None and _BACKFILL_PATH.fullmatch(path) is None:
+            return False
+        if trigger is not None and trigger["dag_id"] not in self.dag_ids:
             return False
         headers = dict(scope.get("headers") or [])
         return b"authorization" in headers or b"_token=" in headers.get(b"cookie", b"")
 
+    @staticmethod
+    def _dag_id(scope: Scope) -> str | None:
+        """The DAG a trigger's path names; ``None`` for a backfill (its body names it)."""
+        trigger = _TRIGGER_PATH.fullmatch(scope.get("path", ""))
+        return trigger["dag_id"] if trigger else None
 
-def conf_problem(body: bytes) -> str | None:
-    """The one-line reason a trigger body's conf is refused, or ``None`` to let it through (a
-    body that is not JSON is the route's to refuse)."""
+
+def conf_problem(body: bytes, dag_id: str | None, dag_ids: frozenset[str]) -> str | None:
+    """The one-line reason a trigger's (``dag_id`` given) or a backfill's body carries a conf
+    refused, or ``None`` to let it through: another DAG's, or a body that is not JSON (the
+    route's to refuse)."""
     from ffjobs.airflow.trigger_conf import check_trigger_conf
 
     try:
@@ -81,8 +93,11 @@ def conf_problem(body: bytes) -> str | None:
         return None
     if not isinstance(payload, dict):
         return None
+    conf_key = "conf" if dag_id is not None else "dag_run_conf"
+    if (dag_id if dag_id is not None else payload.get("dag_id")) not in dag_ids:
+        return None
     try:
-        check_trigger_conf(payload.get("conf") or {})
+        check_trigger_conf(payload.get(conf_key) or {})
     except ConfigError as exc:
         return str(exc)
     return None

@@ -119,7 +119,12 @@ def route_app(calls: list) -> Starlette:
         calls.append(await request.json())
         return JSONResponse({"dag_run_id": "made"}, status_code=200)
 
-    app = Starlette(routes=[Route("/api/v2/dags/{dag_id}/dagRuns", trigger, methods=["POST"])])
+    app = Starlette(
+        routes=[
+            Route("/api/v2/dags/{dag_id}/dagRuns", trigger, methods=["POST"]),
+            Route("/api/v2/backfills", trigger, methods=["POST"]),
+        ]
+    )
     app.add_middleware(TriggerConfCheck)
     return app
 
@@ -156,6 +161,19 @@ def test_middleware_leaves_other_dags_and_anonymous_calls_to_the_route(deploymen
     assert client.post("/api/v2/dags/other/dagRuns", json=bad, headers=AUTH).status_code == 200
     assert client.post("/api/v2/dags/ffjobs_pipeline/dagRuns", json=bad).status_code == 200
     assert len(calls) == 2
+
+
+def test_middleware_checks_a_backfills_run_conf(deployment, monkeypatch):
+    monkeypatch.chdir(deployment)
+    calls: list = []
+    client = TestClient(route_app(calls))
+    body = {"dag_id": "ffjobs_pipeline", "dag_run_conf": {"overrides": ["runs_dir=/x"]}}
+    answer = client.post("/api/v2/backfills", json=body, headers=AUTH)
+    assert answer.status_code == 400
+    assert answer.json()["detail"].startswith("conf: overrides[0]: ")
+    other = {"dag_id": "other", "dag_run_conf": {"overrides": ["runs_dir=/x"]}}
+    assert client.post("/api/v2/backfills", json=other, headers=AUTH).status_code == 200
+    assert calls == [other]
 
 
 def test_middleware_refuses_a_huge_body_unread(deployment, monkeypatch):
