@@ -153,7 +153,8 @@ def test_failed_validation_fails_the_task_and_never_trains(airflow_env, tmp_path
     dataset = generate_dataset(tmp_path / "bad", identities=12, per_identity=3, corrupt=True)
     conf = {
         "train_steps": 4,
-        "data_source": str(dataset),
+        # relative to the DAG run's working folder, as a conf must give a path
+        "data_source": str(dataset.relative_to(tmp_path)),
         "overrides": [
             *TINY,
             "data.validation.max_bad_fraction=0",
