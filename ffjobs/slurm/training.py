@@ -182,10 +182,10 @@ class SlurmAttempts:
     poll_s: float = 2.0
     on_submitted: Callable[[int, str], None] = lambda number, job_id: None
     """Called with (attempt, job id) right after sbatch accepted a job (the run records it)."""
-    live_job: str | None = None
-    """A job of this run that may still be running: attached to instead of submitting anew."""
-    first_attempt: int = 0
-    """Attempts this run made before (a resumed run): folders and numbers continue after them."""
+    attach: tuple[int, str] | None = None
+    """(attempt number, job id) of a job of this run that no attempt record accounts for yet
+    (running, or ended while nobody supervised it): the next attempt reads that job instead of
+    submitting one, from the folder of the attempt it was submitted as."""
 
     def usable_nodes(self, exclude: tuple[str, ...]) -> int | None:
         nodes = partition_nodes(self.config.slurm.partition)
@@ -224,8 +224,9 @@ class SlurmAttempts:
         from ffjobs.slurm.executor import job_folder
 
         started = time.time()
-        number += self.first_attempt
-        job_id, self.live_job = self.live_job, None
+        job_id = None
+        if self.attach is not None:
+            (number, job_id), self.attach = self.attach, None
         if job_id is None:
             try:
                 job_id = self.submit(number, exclude)

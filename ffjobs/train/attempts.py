@@ -45,19 +45,21 @@ def record_attempt(run: Run, logger: RunLogger, attempt: AttemptRecord) -> None:
     logger.set_tags({f"ffjobs.attempt.{attempt.number}": f"{what} {attempt.summary}"})
 
 
-def run_goodput(run: Run) -> float:
-    """Goodput over every attempt the run's log holds (see ``supervisor.goodput``)."""
-    records = [
+def attempt_records(run: Run) -> list[AttemptRecord]:
+    """Every attempt the run's log holds, oldest first: the run's attempt budget is counted
+    from these, whoever supervised them."""
+    tuples = ("nodes", "excluded", "evidence", "suspect_nodes")
+    return [
         AttemptRecord(
-            **{
-                **entry,
-                "state": JobState(entry["state"]),
-                **{k: tuple(entry[k]) for k in ("nodes", "excluded", "evidence", "suspect_nodes")},
-            }
+            **{**entry, "state": JobState(entry["state"]), **{k: tuple(entry[k]) for k in tuples}}
         )
         for entry in read_attempts(run)
     ]
-    return goodput(records)
+
+
+def run_goodput(run: Run) -> float:
+    """Goodput over every attempt the run's log holds (see ``supervisor.goodput``)."""
+    return goodput(attempt_records(run))
 
 
 def local_attempt(

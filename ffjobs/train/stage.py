@@ -9,6 +9,7 @@ from ffjobs.config import Config
 from ffjobs.errors import ExitCode
 from ffjobs.runs.run import Run, StageOutcome
 from ffjobs.train.attempts import (
+    attempt_records,
     attempts_file,
     local_attempt,
     read_attempts,
@@ -152,16 +153,20 @@ def _train_on_slurm(config: Config, run: Run, job: TrainJob, *, wait: bool) -> S
     def record(attempt) -> None:
         record_attempt(run, logger, attempt)
 
-    live = None  # a job of this run still queued or running is attached to, never duplicated
-    if jobs and not poll_jobs([jobs[-1]["job_id"]])[jobs[-1]["job_id"]].is_terminal:
-        live = jobs[-1]["job_id"]
-    backend = SlurmAttempts(
-        config, run.key, job, on_submitted=submitted, live_job=live, first_attempt=len(jobs)
-    )
+    earlier = attempt_records(run)  # the run's budget goes on from its recorded attempts
+    # a job of the run that no record accounts for (still running, or ended while nobody
+    # supervised it) is read, never duplicated
+    recorded = {entry.job_id for entry in earlier}
+    unrecorded = [j for j in jobs if j["job_id"] not in recorded]
+    attach = (unrecorded[-1]["attempt"], unrecorded[-1]["job_id"]) if unrecorded else None
+    backend = SlurmAttempts(config, run.key, job, on_submitted=submitted, attach=attach)
     if not wait:
+        live = None
+        if attach is not None and not poll_jobs([attach[1]])[attach[1]].is_terminal:
+            live = attach[1]
         if live is None:
             gated = run.facts("preflight").get("exclude", [])
-            live = backend.submit(len(jobs) + 1, (*slurm.exclude, *gated))
+            live = backend.submit(len(earlier) + 1, (*slurm.exclude, *gated))
         summary = (
             f"submitted as SLURM job {live}; follow it with 'ffjobs runs show {run.key}', "
             f"supervise it (retries) with 'ffjobs run --resume {run.key} --stages train'"
@@ -181,6 +186,7 @@ def _train_on_slurm(config: Config, run: Run, job: TrainJob, *, wait: bool) -> S
         policy,
         nodes_needed=slurm.nodes,
         exclude=exclude,
+        earlier=earlier,
         record=record,
         echo=run.echo,
     )  # fmt: skip

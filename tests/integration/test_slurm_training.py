@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -318,9 +319,12 @@ def test_preflight_on_three_nodes_names_the_throttled_one_and_training_runs_with
     assert train["facts"]["final_step"] == STEPS
 
 
-def test_a_live_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env):
+@pytest.mark.parametrize("ended_unsupervised", [False, True], ids=["live", "ended"])
+def test_a_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env, ended_unsupervised):
     """``ffjobs train --submit`` returns once the job is queued; supervising the run later
-    (``ffjobs run --resume KEY --stages train``) waits for that job instead of submitting one."""
+    (``ffjobs run --resume KEY --stages train``) waits for that job instead of submitting one,
+    and a job that ended while nobody supervised it is read and recorded as its attempt, from
+    its own attempt folder: nothing is submitted after its success."""
     command = ffjobs(*SUBMIT, sets=[*TRAIN, *run_dirs(tmp_path)])
     submitted = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                                timeout=300)  # fmt: skip
@@ -328,6 +332,14 @@ def test_a_live_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env):
     outcome = json.loads(submitted.stdout)
     assert outcome["status"] == "submitted"
     key, job_id = outcome["run_key"], outcome["facts"]["job_id"]
+    if ended_unsupervised:
+        from ffjobs.slurm.jobstate import JobState, poll_jobs
+
+        deadline = time.monotonic() + 600  # a tiny job: seconds of training, plus queueing
+        while not poll_jobs([job_id])[job_id].is_terminal:
+            assert time.monotonic() < deadline, f"job {job_id} did not end"
+            time.sleep(1)
+        assert poll_jobs([job_id])[job_id].state is JobState.SUCCEEDED
     resume = ffjobs("run", "--resume", key, "--stages", "train", "--json",
                     sets=[f"runs_dir={tmp_path / 'runs'}"])  # fmt: skip
     result = subprocess.run(resume, cwd=tmp_path, env=env, capture_output=True, text=True,
@@ -338,6 +350,7 @@ def test_a_live_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env):
         json.loads(line) for line in Path(train["facts"]["attempt_log"]).read_text().splitlines()
     ]
     assert only["job_id"] == job_id and only["kind"] is None
+    assert only["number"] == 1 and only["final_step"] == STEPS  # read from its own folder
     record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
     assert [job["job_id"] for job in record["slurm_jobs"]] == [job_id]
     named = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID", "--name", key],
