@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from ffjobs.slurm.failures import Failure, FailureKind, RankLog, classify_failure
@@ -305,6 +305,107 @@ def decide(
     return Retry(after, policy.delay(len(records)), new)
 
 
+@dataclass
+class Supervision:
+    """A run's attempts and what to do next: what both drivers of the retry keep, the blocking
+    one of the CLI (:func:`supervise`) and the deferring Airflow operator, which rebuilds it from
+    the run's attempt records whenever it resumes."""
+
+    policy: RetryPolicy
+    nodes_needed: int
+    exclude: tuple[str, ...] = ()
+    """Nodes left out from the first attempt on."""
+    records: list[AttemptRecord] = field(default_factory=list)
+    """The run's attempts so far, oldest first (earlier supervisors' included)."""
+    usable_nodes: Callable[[tuple[str, ...]], int | None] | None = None
+    classify: Callable[..., Failure] = classify_failure
+    """Called like :func:`classify_failure`."""
+    failures: dict[int, Failure] = field(default_factory=dict)
+    """This process's classifications by attempt number (with what records do not keep)."""
+    earlier: int = field(init=False, default=0)
+    """How many of :attr:`records` were there before this supervision began."""
+
+    def __post_init__(self) -> None:
+        if self.nodes_needed < 1:
+            raise ValueError(f"nodes_needed must be >= 1, got {self.nodes_needed}")
+        self.exclude = tuple(dict.fromkeys(self.exclude))
+        self.earlier = len(self.records)
+
+    def decide(self) -> Decision:
+        return decide(
+            self.records, self.policy, nodes_needed=self.nodes_needed, exclude=self.exclude,
+            usable_nodes=self.usable_nodes,
+        )  # fmt: skip
+
+    def start(self) -> Decision:
+        """Before submitting anything: ``Retry`` (at once) with the nodes to leave out, or why
+        not (the run's last attempt succeeded or cannot be retried, its budget is spent, or too
+        few nodes are left)."""
+        if self.records:
+            decision = self.decide()
+            return replace(decision, delay_s=0.0) if isinstance(decision, Retry) else decision
+        shortage = _node_shortage(self.usable_nodes, self.exclude, self.nodes_needed)
+        return Stop(shortage) if shortage else Retry(self.exclude, 0.0)
+
+    def account(self, result: AttemptResult) -> tuple[list[tuple[AttemptRecord, str]], Decision]:
+        """Add the attempts ``result`` reports (each run SLURM ended and requeued itself, then
+        its own) to :attr:`records`; return each with its one line for a person, and the
+        decision after them (a retry's wait already in the last record)."""
+        lines = []
+        for requeued in result.requeued:  # SLURM requeued the job itself: attempts of their own
+            entry = self._add(requeued)
+            lines.append((entry, f"{self._head(entry)} failed: {entry.summary}; "
+                                 "SLURM requeued the job itself"))  # fmt: skip
+        entry = self._add(result)
+        decision = self.decide()
+        head = self._head(entry)
+        if isinstance(decision, Retry):
+            entry.wait_before_next_s = decision.delay_s
+            without = f" without {','.join(decision.new_suspects)}" if decision.new_suspects else ""
+            line = f"{head} failed: {entry.summary}; retrying in {decision.delay_s:g} s{without}"
+        elif isinstance(decision, Done):
+            line = f"{head} succeeded{_steps(result)}"
+        elif not entry.retryable:
+            line = f"{head} failed: {entry.summary}; stopping"
+        elif len(self.records) >= self.policy.max_attempts:
+            line = f"{head} failed: {entry.summary}; attempt budget spent"
+        else:
+            line = f"{head} failed: {entry.summary}; stopping: {decision.reason}"
+        lines.append((entry, line))
+        return lines, decision
+
+    def outcome(self, decision: Decision) -> SupervisedOutcome:
+        """How supervising ended: this process's attempts, the run's goodput and exclude list."""
+        last = self.records[-1] if self.records else None
+        failure = None
+        if last is not None and last.kind is not None:
+            failure = self.failures.get(last.number) or _failure_of(last)
+        return SupervisedOutcome(
+            isinstance(decision, Done), self.records[self.earlier :], failure, decision.reason,
+            goodput(self.records), excluded_after(self.records, self.exclude),
+        )  # fmt: skip
+
+    def _add(self, result: AttemptResult) -> AttemptRecord:
+        failure = None
+        if result.state is not JobState.SUCCEEDED:
+            state = result.slurm_state or _CLASSIFIER_STATE.get(result.state, result.state.value)
+            failure = self.classify(
+                state, result.exit_code, result.ranks,
+                retry_oom=self.policy.retry_oom, lost_nodes=result.lost_nodes,
+            )  # fmt: skip
+        excluded = excluded_after(self.records, self.exclude)
+        entry = attempt_record(len(self.records) + 1, result, failure, excluded)
+        self.records.append(entry)
+        if failure is not None:
+            self.failures[entry.number] = failure
+        return entry
+
+    def _head(self, entry: AttemptRecord) -> str:
+        job = f"job {entry.job_id}" if entry.job_id else "local job"
+        where = f"{job} on {','.join(entry.nodes)}" if entry.nodes else job
+        return f"attempt {entry.number}/{self.policy.max_attempts}: {where}"
+
+
 def _ignore(_record: AttemptRecord) -> None:
     pass
 
@@ -321,94 +422,30 @@ def supervise(
     sleep: Callable[[float], None] = time.sleep,
     classify: Callable[..., Failure] = classify_failure,
 ) -> SupervisedOutcome:
-    """Run attempts of a job through ``backend`` until :func:`decide` says stop or done: a
-    blocking driver of the decision, for the CLI (the Airflow operator drives it without
-    blocking).
+    """Run attempts of a job through ``backend`` until :func:`decide` says stop or done: the
+    blocking driver of a :class:`Supervision`, for the CLI.
 
     ``earlier``: the run's attempts before this call (a resumed run, an Airflow retry): numbers
     and the budget continue after them, and a last one that needs no retry ends the call at
     once. Each attempt ends in one :class:`AttemptRecord` passed to ``record`` and one line to
     ``echo``; between attempts the supervisor waits ``policy.delay(n)`` through ``sleep``.
-    ``classify`` is called like :func:`classify_failure`.
     """
-    if nodes_needed < 1:
-        raise ValueError(f"nodes_needed must be >= 1, got {nodes_needed}")
-    records: list[AttemptRecord] = list(earlier)
-    failures: dict[int, Failure] = {}
-    """This call's classifications by attempt number (with the traceback excerpt records lack)."""
-    usable_nodes = getattr(backend, "usable_nodes", None)
-
-    def outcome(decision: Decision) -> SupervisedOutcome:
-        last = records[-1] if records else None
-        failure = None
-        if last is not None and last.kind is not None:
-            failure = failures.get(last.number) or _failure_of(last)
-        mine = records[len(earlier) :]
-        return SupervisedOutcome(
-            isinstance(decision, Done), mine, failure, decision.reason, goodput(records),
-            excluded_after(records, exclude),
-        )  # fmt: skip
-
-    def diagnose(result: AttemptResult) -> Failure:
-        state = result.slurm_state or _CLASSIFIER_STATE.get(result.state, result.state.value)
-        return classify(
-            state, result.exit_code, result.ranks,
-            retry_oom=policy.retry_oom, lost_nodes=result.lost_nodes,
-        )  # fmt: skip
-
-    decision: Decision
-    if records:
-        decision = decide(
-            records, policy, nodes_needed=nodes_needed, exclude=exclude, usable_nodes=usable_nodes
-        )
-        if not isinstance(decision, Retry):
-            echo(f"not submitting: {decision.reason}")
-            return outcome(decision)
-    else:
-        shortage = _node_shortage(usable_nodes, tuple(dict.fromkeys(exclude)), nodes_needed)
-        if shortage:
-            echo(f"not submitting: {shortage}")
-            return outcome(Stop(shortage))
+    supervision = Supervision(
+        policy, nodes_needed, tuple(exclude), list(earlier),
+        getattr(backend, "usable_nodes", None), classify,
+    )  # fmt: skip
+    decision = supervision.start()
+    if not isinstance(decision, Retry):
+        echo(f"not submitting: {decision.reason}")
+        return supervision.outcome(decision)
     while True:
-        excluded = excluded_after(records, exclude)
-        result = backend.run_attempt(len(records) + 1, excluded)
-        for requeued in result.requeued:  # SLURM requeued the job itself: attempts of their own
-            lost = diagnose(requeued)
-            entry = attempt_record(
-                len(records) + 1, requeued, lost, excluded_after(records, exclude)
-            )
-            records.append(entry)
+        result = backend.run_attempt(len(supervision.records) + 1, decision.exclude)
+        lines, decision = supervision.account(result)
+        for entry, line in lines:
             record(entry)
-            echo(
-                f"attempt {entry.number}/{policy.max_attempts}: {_where(requeued)} failed: "
-                f"{lost.summary}; SLURM requeued the job itself"
-            )
-        failure = None if result.state is JobState.SUCCEEDED else diagnose(result)
-        entry = attempt_record(len(records) + 1, result, failure, excluded_after(records, exclude))
-        records.append(entry)
-        if failure is not None:
-            failures[entry.number] = failure
-        decision = decide(
-            records, policy, nodes_needed=nodes_needed, exclude=exclude, usable_nodes=usable_nodes
-        )
-        head = f"attempt {entry.number}/{policy.max_attempts}: {_where(result)}"
-        if isinstance(decision, Retry):
-            entry.wait_before_next_s = decision.delay_s
-        record(entry)
-        if isinstance(decision, Done):
-            echo(f"{head} succeeded{_steps(result)}")
-            return outcome(decision)
-        head = f"{head} failed: {entry.summary}"
-        if isinstance(decision, Stop):
-            if not entry.retryable:
-                echo(f"{head}; stopping")
-            elif len(records) >= policy.max_attempts:
-                echo(f"{head}; attempt budget spent")
-            else:
-                echo(f"{head}; stopping: {decision.reason}")
-            return outcome(decision)
-        without = f" without {','.join(decision.new_suspects)}" if decision.new_suspects else ""
-        echo(f"{head}; retrying in {decision.delay_s:g} s{without}")
+            echo(line)
+        if not isinstance(decision, Retry):
+            return supervision.outcome(decision)
         sleep(decision.delay_s)
 
 
@@ -464,11 +501,6 @@ def _node_shortage(
     return (
         f"excluding {','.join(exclude)} leaves {usable} of the {nodes_needed} nodes the job needs"
     )
-
-
-def _where(result: AttemptResult) -> str:
-    job = f"job {result.job_id}" if result.job_id else "local job"
-    return f"{job} on {','.join(result.nodes)}" if result.nodes else job
 
 
 def _steps(result: AttemptResult) -> str:
