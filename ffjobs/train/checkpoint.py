@@ -9,6 +9,12 @@ The manifest is written after the data file, so a manifest always names a comple
 checkpoint whose file is missing, truncated or altered fails verification, and
 :meth:`Checkpointer.latest_verified` falls back to the previous one with a warning naming it.
 
+A matching sha256 says the file is the one its manifest names, not who wrote it: whoever can
+write to the store can rewrite both. So a checkpoint is only ever deserialised as tensors and
+plain containers (``torch.load(weights_only=True)``: nothing in it can run code), and one
+that does not load that way is refused by name, in one line, and
+:meth:`Checkpointer.load_latest` falls back to the previous one that does.
+
 RNG states are per rank: every rank's states are gathered to rank 0 (``all_gather_object``)
 and written into the one file, so a restart with the same world size continues each rank's
 random stream exactly.
@@ -28,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import pickle
 import random
 import re
 import threading
@@ -42,6 +49,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ffjobs.errors import UserError
 from ffjobs.storage_config import S3Config
 from ffjobs.train.checkpoint_writer import CheckpointWriter
 from ffjobs.train.distributed import barrier, get_rank, get_world_size
@@ -53,6 +61,44 @@ _MANIFEST = re.compile(r"step-(\d+)\.json")
 
 class CheckpointWarning(UserWarning):
     """A checkpoint was skipped because it failed verification."""
+
+
+class UnsafeCheckpoint(UserError):
+    """A checkpoint file that does not load as tensors and plain containers (it was made by
+    something other than ffjobs, or altered to run code when unpickled)."""
+
+
+_FORBIDDEN = re.compile(
+    r"(unsupported GLOBAL \S+|Unsupported global: GLOBAL \S+|Unsupported operand \S+)"
+)
+
+
+def _load_failure(exc: Exception) -> str:
+    """Why a safe load failed, in one short line: never torch's advice to load unsafely."""
+    text = str(exc)
+    found = _FORBIDDEN.search(text)
+    if found is not None or isinstance(exc, pickle.UnpicklingError) or "weights" in text.lower():
+        what = f" ({found.group(1).removeprefix('Unsupported global: ')})" if found else ""
+        return f"it holds objects other than tensors and plain containers{what}"
+    first_line = (text.strip().splitlines() or [""])[0]
+    return f"not a checkpoint ({type(exc).__name__}: {first_line[:120]})"
+
+
+def safe_load(data: bytes | memoryview, where: str) -> dict[str, Any]:
+    """A checkpoint's state from its bytes, as tensors and plain containers only (onto the
+    CPU); raises :class:`UnsafeCheckpoint` naming ``where`` for anything else."""
+    try:
+        with warnings.catch_warnings():
+            # torch's note on a foreign file's pickle protocol: the refusal below says enough
+            warnings.simplefilter("ignore")
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise UnsafeCheckpoint(f"checkpoint {where} refused: {_load_failure(exc)}") from None
+    if not isinstance(state, dict):
+        raise UnsafeCheckpoint(
+            f"checkpoint {where} refused: it holds a {type(state).__name__}, not a training state"
+        )
+    return state
 
 
 @dataclass
@@ -319,26 +365,46 @@ class Checkpointer:
 
     def latest_verified(self) -> CheckpointRef | None:
         """The newest checkpoint that passes verification; skipped ones are warned about by name."""
+        return next(self._verified(), None)
+
+    def load_latest(self) -> tuple[CheckpointRef, dict[str, Any]] | None:
+        """The newest checkpoint that passes verification and loads safely, with its state;
+        each one skipped is warned about by name, in one line, and the previous one tried."""
+        for ref in self._verified():
+            try:
+                return ref, self.load(ref)
+            except UnsafeCheckpoint as exc:
+                _skipped(f"{exc}; falling back to the previous one")
+        return None
+
+    def _verified(self) -> Iterator[CheckpointRef]:
+        """The checkpoints that pass verification, newest first; those that do not are
+        warned about as they are passed."""
         self.wait()  # a write of ours in flight is the newest checkpoint once it is complete
         for step in self.steps():
             ok, reason, data = self.verify(step)
             if ok:
-                return CheckpointRef(
+                yield CheckpointRef(
                     step, data_name(step), self.store.describe(data_name(step)), data
                 )
-            warnings.warn(
+                continue
+            _skipped(
                 f"skipping checkpoint {self.store.describe(data_name(step))}: {reason}; "
-                "falling back to the previous one",
-                CheckpointWarning,
-                stacklevel=2,
+                "falling back to the previous one"
             )
-        return None
 
     def load(self, ref: CheckpointRef) -> dict[str, Any]:
-        """Deserialise a verified checkpoint onto the CPU (tensors and plain containers only)."""
+        """Deserialise a verified checkpoint onto the CPU (tensors and plain containers only;
+        :class:`UnsafeCheckpoint` for a file that holds anything else)."""
         data = ref._data
         if data is None:
             ok, reason, data = self.verify(ref.step)
             if not ok or data is None:
                 raise RuntimeError(f"checkpoint {ref.location} failed verification: {reason}")
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        return safe_load(data, ref.location)
+
+
+def _skipped(message: str) -> None:
+    """Warn, in one line, that a checkpoint was passed over."""
+    # stacklevel 4: the caller of latest_verified / load_latest
+    warnings.warn(" ".join(message.split()), CheckpointWarning, stacklevel=4)
