@@ -59,22 +59,59 @@ class JobAccounting:
         return self.finished and (not self.nodes or len(self.nodes) == self.node_count)
 
 
-def run_command(argv: Sequence[str]) -> str:
-    """The default runner: the real command, with its failure turned into ``AccountingError``."""
+def run_command(argv: Sequence[str], timeout: float = 60.0) -> str:
+    """The default runner: the real command, with its failure turned into ``AccountingError``.
+    Every SLURM client call of ffjobs goes through it, or through :func:`run_command_async`."""
     try:
-        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False)
+        result = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False
+        )
     except FileNotFoundError:
-        raise AccountingError(
-            f"'{argv[0]}' not found on PATH; SLURM client tools are needed to read job state"
-        ) from None
+        raise _not_found(argv) from None
     except subprocess.TimeoutExpired:
-        raise AccountingError(f"'{' '.join(argv)}' did not answer within 60 s") from None
+        raise _no_answer(argv, timeout) from None
     if result.returncode != 0:
-        detail = (result.stderr.strip().splitlines() or ["no error output"])[-1]
-        raise AccountingError(
-            f"'{' '.join(argv)}' failed (exit {result.returncode}): {detail}; is slurmdbd up "
-            "and SLURM_CONF pointing at the cluster?")  # fmt: skip
+        raise _failed(argv, result.returncode, result.stderr)
     return result.stdout
+
+
+async def run_command_async(argv: Sequence[str], timeout: float = 60.0) -> str:
+    """:func:`run_command` as an asyncio subprocess: for the Airflow triggerer, whose event loop
+    every blocking call would stall for all the triggers it runs."""
+    import asyncio
+
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+    except FileNotFoundError:
+        raise _not_found(argv) from None
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), timeout)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise _no_answer(argv, timeout) from None
+    if process.returncode != 0:
+        raise _failed(argv, process.returncode, err.decode(errors="replace"))
+    return out.decode(errors="replace")
+
+
+def _not_found(argv: Sequence[str]) -> AccountingError:
+    return AccountingError(
+        f"'{argv[0]}' not found on PATH; SLURM client tools are needed to read job state"
+    )
+
+
+def _no_answer(argv: Sequence[str], timeout: float) -> AccountingError:
+    return AccountingError(f"'{' '.join(argv)}' did not answer within {timeout:g} s")
+
+
+def _failed(argv: Sequence[str], returncode: int | None, stderr: str) -> AccountingError:
+    detail = (stderr.strip().splitlines() or ["no error output"])[-1]
+    return AccountingError(
+        f"'{' '.join(argv)}' failed (exit {returncode}): {detail}; is slurmdbd up "
+        "and SLURM_CONF pointing at the cluster?")  # fmt: skip
 
 
 def normalise_state(raw: str) -> str:

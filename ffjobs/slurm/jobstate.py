@@ -214,8 +214,13 @@ def _ask(
             found[job_id] = status
 
 
-def _sacct_statuses(job_ids: list[str], runner: Runner) -> list[JobStatus]:
-    argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", ",".join(SACCT_FIELDS)]
+def sacct_argv(job_ids: Iterable[str]) -> list[str]:
+    """The one ``sacct`` call that asks for the allocations of ``job_ids``."""
+    return ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", ",".join(SACCT_FIELDS)]
+
+
+def sacct_statuses(output: str) -> list[JobStatus]:
+    """The statuses in the output of :func:`sacct_argv`'s call."""
     return [
         JobStatus(
             job_id=record.job_id,
@@ -226,8 +231,18 @@ def _sacct_statuses(job_ids: list[str], runner: Runner) -> list[JobStatus]:
             nodes=record.nodes,
             source="sacct",
         )
-        for record in parse_sacct_output(runner(argv))
+        for record in parse_sacct_output(output)
     ]
+
+
+def sacct_status(output: str, job_id: str) -> JobStatus | None:
+    """``job_id``'s status in :func:`sacct_argv`'s output; None while accounting does not know
+    the job yet (it lags right after submission)."""
+    return _match(sacct_statuses(output), job_id)
+
+
+def _sacct_statuses(job_ids: list[str], runner: Runner) -> list[JobStatus]:
+    return sacct_statuses(runner(sacct_argv(job_ids)))
 
 
 def _squeue_statuses(job_ids: list[str], runner: Runner) -> list[JobStatus]:

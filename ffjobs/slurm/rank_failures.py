@@ -19,12 +19,79 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ffjobs.slurm.accounting import AccountingError, Runner, run_command
-from ffjobs.slurm.jobstate import parse_scontrol_line
+from ffjobs.slurm.jobstate import JobState, JobStatus, parse_scontrol_line
 from ffjobs.slurm.nodes import expand_nodelist
+
+CANCEL_AFTER_S = 1.0
+"""A job still alive this long after one of its ranks reported a failure is cancelled (a job
+SLURM can end ends by itself within about a second: ``--kill-on-bad-exit``)."""
+END_GRACE_S = 2.0
+"""Once cancelled, the job's nodes get this long to confirm its end before the silent ones count
+as lost (SIGTERM first: the ranks exit within a second, ``ffjobs.train.stop``)."""
+END_WAIT_S = 10.0
+"""At most this long after the cancel, the attempt ends whichever nodes have confirmed."""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The job has ended: its status, and the nodes that never confirmed the end (lost)."""
+
+    status: JobStatus
+    unconfirmed: tuple[str, ...] = ()
+
+
+@dataclass
+class EndWatch:
+    """Watching one job to its end, one poll at a time: the same rules for the blocking
+    supervisor and the Airflow trigger, which fetch what each step needs their own way.
+
+    Before the cancel, a step takes the job's status and its rank failure reports
+    (:func:`current_reports`): a job whose rank reported a failure but that is still alive
+    :data:`CANCEL_AFTER_S` later is to be cancelled. After it, a step takes the status and the
+    nodes still completing the job (:func:`nodes_still_completing`): once another node has
+    confirmed the end (or after :data:`END_WAIT_S`), the silent ones are the nodes the
+    controller cannot reach, and the job counts as ended without waiting for them.
+    """
+
+    cancelled_at: float | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancelled_at is not None
+
+    def before_cancel(
+        self, status: JobStatus, reports: list[dict[str, Any]], now: float
+    ) -> Ended | Literal["cancel", "wait"]:
+        if status.is_terminal:
+            return Ended(status)
+        if reports and now - reports[0]["time"] >= CANCEL_AFTER_S:
+            self.cancelled_at = now
+            return "cancel"
+        return "wait"
+
+    def after_cancel(
+        self, status: JobStatus, pending: tuple[str, ...], now: float
+    ) -> Ended | Literal["wait"]:
+        assert self.cancelled_at is not None, "after_cancel before the cancel"
+        waited = now - self.cancelled_at
+        confirmed = len(pending) < len(status.nodes)
+        if (status.is_terminal and not pending) or (
+            waited >= END_GRACE_S and (confirmed or waited >= END_WAIT_S)
+        ):  # our cancel's exit code says nothing of the ranks that never reported
+            ended = replace(
+                status, state=JobState.CANCELLED, slurm_state="CANCELLED", exit_code=None
+            )
+            return Ended(ended, pending)
+        return "wait"
+
+    def interval(self, poll_s: float, reports: list[dict[str, Any]]) -> float:
+        """Seconds to the next poll: short once something is happening."""
+        return 0.5 if self.cancelled or reports else poll_s
 
 
 def _path(folder: Path, job_id: str, task: int, restart: int) -> Path:

@@ -21,14 +21,16 @@ import re
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ffjobs.slurm import rank_failures
+from ffjobs.slurm.accounting import Runner, run_command
 from ffjobs.slurm.failures import RankLog
 from ffjobs.slurm.jobstate import (
     FAILED_RUN_STATES,
+    JOB_ID_PATTERN,
     JobState,
     JobStatus,
     job_runs,
@@ -38,14 +40,6 @@ from ffjobs.slurm.jobstate import (
 from ffjobs.slurm.supervisor import AttemptResult
 from ffjobs.train.job import TrainJob
 
-CANCEL_AFTER_S = 1.0
-"""A job still alive this long after one of its ranks reported a failure is cancelled (a job
-SLURM can end ends by itself within about a second: ``--kill-on-bad-exit``)."""
-END_GRACE_S = 2.0
-"""Once cancelled, the job's nodes get this long to confirm its end before the silent ones count
-as lost (SIGTERM first: the ranks exit within a second, ``ffjobs.train.stop``)."""
-END_WAIT_S = 10.0
-"""At most this long after the cancel, the attempt ends whichever nodes have confirmed."""
 _PROGRESS = re.compile(r"^step (\d+)/\d+ ", re.MULTILINE)
 _FIRST_STEP = re.compile(r"first step \d+ done at ([\d.]+) \(started from step (\d+)\)")
 
@@ -191,8 +185,11 @@ class SlurmAttempts:
         nodes = partition_nodes(self.config.slurm.partition)
         return None if nodes is None else len([n for n in nodes if n not in exclude])
 
-    def submit(self, number: int, exclude: tuple[str, ...]) -> str:
-        """Submit attempt ``number`` without the ``exclude`` nodes; return its job id.
+    def submit(self, number: int, exclude: tuple[str, ...], begin_in_s: float = 0.0) -> str:
+        """Submit attempt ``number`` without the ``exclude`` nodes, to start no sooner than
+        ``begin_in_s`` from now (a retry's backoff that holds no process: ``sbatch --begin``);
+        return its job id. Named by the run key, with the run and attempt in its comment, so a
+        job whose id was never recorded is still found (:func:`run_jobs`).
 
         Raises :class:`SubmissionRejected` with sbatch's one-line reason when it says no.
         """
@@ -201,10 +198,12 @@ class SlurmAttempts:
         slurm = self.config.slurm
         executor = make_executor(self.config, run_id=self.run_key, attempt=number)
         excluded = sorted({*slurm.exclude, *exclude})
+        begin = {"begin": f"now+{max(1, round(begin_in_s))}"} if begin_in_s > 0 else {}
         executor.update_parameters(
             name=self.run_key,
             slurm_comment=f"ffjobs run {self.run_key} attempt {number}",
             **({"slurm_exclude": ",".join(excluded)} if excluded else {}),
+            **({"slurm_additional_parameters": begin} if begin else {}),
         )
         task: TrainingTask | TrainingAgent = TrainingTask()
         if slurm.restarts_in_allocation:  # one agent per node holds the node's ranks
@@ -231,51 +230,70 @@ class SlurmAttempts:
             try:
                 job_id = self.submit(number, exclude)
             except SubmissionRejected as exc:  # a CONFIG failure, not a crash
-                message = f"sbatch: error: Batch job submission failed: {exc}"
-                return AttemptResult(
-                    job_id=None, nodes=(), state=JobState.FAILED, exit_code=1,
-                    ranks=[RankLog(rank=0, node=None, text=message, exit_code=1)],
-                    started_at=started, ended_at=time.time(),
-                )  # fmt: skip
+                return self.rejected(str(exc), started)
         folder = job_folder(self.config.slurm.folder, self.run_key, number)
         status, unconfirmed = self._wait(job_id, folder)
         return self._result(job_id, status, folder, started, unconfirmed)
 
-    def _wait(self, job_id: str, folder: Path) -> tuple[JobStatus, tuple[str, ...]]:
-        """Poll until the job ends; (its status, nodes that never confirmed its end).
+    def ended(
+        self,
+        number: int,
+        job_id: str,
+        status: JobStatus,
+        started: float,
+        unconfirmed: tuple[str, ...] = (),
+    ) -> AttemptResult:
+        """Attempt ``number``, job ``job_id``, which a watch saw end with ``status`` (nodes
+        ``unconfirmed`` never confirmed it): the result as its logs, checkpoints and accounting
+        tell it."""
+        from ffjobs.slurm.executor import job_folder
 
-        A job whose rank reported a failure (:mod:`ffjobs.slurm.rank_failures`) but that is
-        still alive ``CANCEL_AFTER_S`` later is cancelled: a peer on an unreachable node keeps it
-        alive until the controller gives that node up. Once another node of the job has
-        confirmed the end (or after ``END_WAIT_S``), the nodes still completing it are the
-        ones the controller cannot reach, and the attempt ends without waiting for them.
-        """
+        folder = job_folder(self.config.slurm.folder, self.run_key, number)
+        return self._result(job_id, status, folder, started, unconfirmed)
+
+    def attempt_of(self, job_id: str) -> int | None:
+        """The attempt ``job_id`` was submitted as, from its submitit folder (None if none)."""
+        from ffjobs.slurm.executor import job_folder
+
+        pattern = job_folder(self.config.slurm.folder, self.run_key, 0).parent.parent
+        for folder in pattern.glob(f"attempt-*/{job_id}"):
+            number = folder.parent.name.removeprefix("attempt-")
+            if number.isdigit():
+                return int(number)
+        return None
+
+    def rejected(self, reason: str, started: float) -> AttemptResult:
+        """An attempt sbatch refused: a failed result whose log is sbatch's message, so the
+        classifier calls it a CONFIG failure instead of a crash."""
+        message = f"sbatch: error: Batch job submission failed: {reason}"
+        return AttemptResult(
+            job_id=None, nodes=(), state=JobState.FAILED, exit_code=1,
+            ranks=[RankLog(rank=0, node=None, text=message, exit_code=1)],
+            started_at=started, ended_at=time.time(),
+        )  # fmt: skip
+
+    def _wait(self, job_id: str, folder: Path) -> tuple[JobStatus, tuple[str, ...]]:
+        """Poll until the job ends (:class:`~ffjobs.slurm.rank_failures.EndWatch`: a job whose
+        rank reported a failure is cancelled); (its status, nodes that never confirmed its end)."""
         from submitit.core.utils import JobPaths
 
         folder = JobPaths(folder, job_id=job_id).folder  # the pattern's %j made this job's
-        cancelled_at, reports = None, []
+        watch, reports = rank_failures.EndWatch(), []
         while True:
             status = poll_jobs([job_id])[job_id]
-            now = time.time()
-            if cancelled_at is None:
-                if status.is_terminal:
-                    return status, ()
-                reports = rank_failures.current_reports(folder, job_id)
-                if reports and now - reports[0]["time"] >= CANCEL_AFTER_S:
+            if not watch.cancelled:
+                reports = (
+                    [] if status.is_terminal else rank_failures.current_reports(folder, job_id)
+                )
+                step = watch.before_cancel(status, reports, time.time())
+                if step == "cancel":
                     rank_failures.cancel(job_id)
-                    cancelled_at = now
             else:  # accounting says CANCELLED at once; squeue knows who has not ended it yet
                 pending = rank_failures.nodes_still_completing(job_id)
-                waited = now - cancelled_at
-                confirmed = len(pending) < len(status.nodes)
-                if (status.is_terminal and not pending) or (
-                    waited >= END_GRACE_S and (confirmed or waited >= END_WAIT_S)
-                ):  # our cancel's exit code says nothing of the ranks that never reported
-                    ended = replace(
-                        status, state=JobState.CANCELLED, slurm_state="CANCELLED", exit_code=None
-                    )
-                    return ended, pending
-            time.sleep(0.5 if cancelled_at is not None or reports else self.poll_s)
+                step = watch.after_cancel(status, pending, time.time())
+            if isinstance(step, rank_failures.Ended):
+                return step.status, step.unconfirmed
+            time.sleep(watch.interval(self.poll_s, reports))
 
     def _result(
         self,
@@ -345,6 +363,14 @@ class SlurmAttempts:
             text = _read(paths.stderr) + _read(paths.stdout)
             ranks.append(RankLog(rank=task, node=node, text=text, exit_code=exit_code))
         return ranks
+
+
+def run_jobs(run_key: str, runner: Runner = run_command) -> list[str]:
+    """Ids of every job SLURM accounting knows under the run's name (the last 30 days), oldest
+    first: what a supervisor that lost its records (killed right after sbatch) can still find."""
+    argv = ["sacct", "-X", "-n", "-P", "--name", run_key, "-S", "now-30days", "-o", "JobID"]
+    found = [line.strip() for line in runner(argv).splitlines()]
+    return list(dict.fromkeys(job_id for job_id in found if JOB_ID_PATTERN.fullmatch(job_id)))
 
 
 def _starts(logs: str) -> list[tuple[float, int, list[int]]]:
