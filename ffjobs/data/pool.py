@@ -3,30 +3,28 @@
 On a machine with few cores every millisecond this process spends (listing, the tail where
 one worker still runs while the other has finished, its own bookkeeping) is taken from the
 workers. So files are handed out as the listing finds them, the workers start only once a
-full chunk needs reading (an unchanged dataset never forks), the last chunks shrink so that
+full chunk needs reading (an unchanged dataset starts none), the last chunks shrink so that
 every worker finishes at about the same time, and each worker talks to this process over its
 own pipe: no helper threads (``multiprocessing.Pool`` spent a third as much CPU in its three
-threads as the workers spent decoding), and a worker that dies is reported, not waited for.
+threads as the workers spent decoding), and a worker that dies is reported with its own error,
+not waited for. Workers start as :mod:`ffjobs.data.worker_process` says (an Airflow task too).
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
-import sys
-import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
 from types import TracebackType
 
 from ffjobs.data.config import ValidationConfig
 from ffjobs.data.inspect import Facts, inspect_paths
 from ffjobs.data.sources import FileStat, Source
+from ffjobs.data.worker_process import WorkerProcess
 
 CHUNK = 32
 """Files per worker task: large enough to amortise inter-process traffic, small enough to balance."""
@@ -39,14 +37,7 @@ ChunkResult = list[tuple[FileStat, Facts, str | None]]
 
 
 class WorkerDied(RuntimeError):
-    """A validation worker process ended without answering (killed, out of memory, a crash)."""
-
-
-def _pool_context() -> multiprocessing.context.BaseContext:
-    # fork starts workers in milliseconds; it is only safe while this process has no threads.
-    if sys.platform == "linux" and threading.active_count() == 1:
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("spawn")
+    """A validation worker process ended without answering (its own error, a signal)."""
 
 
 def _inspect_chunk(
@@ -73,19 +64,21 @@ def _serve(
 
 @dataclass
 class _Worker:
-    process: BaseProcess
-    connection: Connection
+    process: WorkerProcess
     chunks: deque[list[str]] = field(default_factory=deque)
     """Chunks sent and not answered yet, oldest first (answers come back in order)."""
+
+    @property
+    def connection(self) -> Connection:
+        return self.process.connection
 
 
 def _died(worker: _Worker) -> WorkerDied:
     worker.process.join(timeout=5)
     lost = worker.chunks[0]
     return WorkerDied(
-        f"validation worker {worker.process.pid} ended (exit code {worker.process.exitcode}) "
-        f"while inspecting one of {len(lost)} files, {lost[0]} to {lost[-1]} in listing "
-        f"order; a decoder crash or the out-of-memory killer are the usual causes"
+        f"validation worker {worker.process.pid} {worker.process.how_it_ended()}, while "
+        f"inspecting one of {len(lost)} files, {lost[0]} to {lost[-1]} in listing order"
     )
 
 
@@ -178,17 +171,13 @@ class InspectionPool:
             self._answers.append(answer)
 
     def _start(self, processes: int) -> None:
-        context = _pool_context()
-        for _ in range(processes):
-            ours, theirs = context.Pipe()
-            process = context.Process(
-                target=_serve,
-                args=(theirs, self._source, self._max_pixels, self._formats),
-                daemon=True,
+        for number in range(processes):
+            process = WorkerProcess(
+                _serve,
+                (self._source, self._max_pixels, self._formats),
+                name=f"ffjobs-validate-{number}",
             )
-            process.start()
-            theirs.close()
-            self._running.append(_Worker(process, ours))
+            self._running.append(_Worker(process))
 
     def close(self) -> None:
         """Stop the workers: at once if work is still outstanding (an early exit)."""
@@ -202,7 +191,7 @@ class InspectionPool:
                     worker.process.terminate()  # it is gone already
         for worker in self._running:
             worker.process.join()
-            worker.connection.close()
+            worker.process.close()
         self._running.clear()
 
     def __enter__(self) -> InspectionPool:

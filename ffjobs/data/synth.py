@@ -10,13 +10,15 @@ same arguments write byte-identical files.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from ffjobs.data.worker_process import WorkerProcess
 
 SUPERSAMPLE_UP_TO = 128
 """Faces up to this size are drawn at twice the size and reduced, which anti-aliases the
@@ -212,6 +214,38 @@ def _write_identity(
             image.save(folder / f"{j:02d}.png", "PNG")
 
 
+def _write_share(connection: Connection, tasks: list[tuple]) -> None:
+    """Worker process: write the identities of ``tasks``, then say so."""
+    for task in tasks:
+        _write_identity(*task)
+    connection.send(len(tasks))
+
+
+def _write_in_workers(tasks: list[tuple], processes: int) -> None:
+    """Write every identity of ``tasks``, split over ``processes`` worker processes."""
+    workers = [
+        WorkerProcess(_write_share, (tasks[k::processes],), name=f"ffjobs-synth-{k}")
+        for k in range(processes)
+    ]
+    try:
+        for worker in workers:
+            try:
+                worker.connection.recv()
+            except (EOFError, OSError):
+                worker.join(timeout=5)
+                raise RuntimeError(
+                    f"synthetic-data worker {worker.pid} {worker.how_it_ended()}"
+                ) from None
+    except BaseException:
+        for worker in workers:
+            worker.terminate()  # the dataset is incomplete anyway once one has failed
+        raise
+    finally:
+        for worker in workers:
+            worker.join()
+            worker.close()
+
+
 def generate_dataset(
     out_dir: str | Path,
     identities: int = 24,
@@ -231,9 +265,9 @@ def generate_dataset(
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     tasks = [(root, i, per_identity, size, seed, image_format) for i in range(identities)]
-    if identities * per_identity >= PARALLEL_FROM and (os.cpu_count() or 1) > 1:
-        with multiprocessing.get_context("spawn").Pool() as pool:
-            pool.starmap(_write_identity, tasks)
+    processes = min(os.cpu_count() or 1, identities)
+    if identities * per_identity >= PARALLEL_FROM and processes > 1:
+        _write_in_workers(tasks, processes)
     else:
         for task in tasks:
             _write_identity(*task)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import builtins
 import io
 import json
-import multiprocessing as mp
 import os
+import re
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -197,10 +198,10 @@ def test_unchanged_dataset_starts_no_worker(clean_dataset, tmp_path, monkeypatch
     config = ValidationConfig(cache_dir=str(tmp_path), workers=2)
     validate_dataset(clean_dataset, config)
 
-    def no_pool():
+    def no_worker(*args, **kwargs):
         raise AssertionError("an unchanged dataset must not start workers")
 
-    monkeypatch.setattr("ffjobs.data.pool._pool_context", no_pool)
+    monkeypatch.setattr("ffjobs.data.pool.WorkerProcess", no_worker)
     again = validate_dataset(clean_dataset, config)
     assert again.timing["report_cached"]
     policy = ValidationConfig(cache_dir=str(tmp_path), workers=2, min_images_per_identity=9)
@@ -209,20 +210,43 @@ def test_unchanged_dataset_starts_no_worker(clean_dataset, tmp_path, monkeypatch
     assert rejudged.checks["small_identity"]["count"] == 24
 
 
-def _die(*args):
+def _exit_3(*args):
     os._exit(3)
 
 
-def test_a_worker_that_dies_is_reported_not_waited_for(clean_dataset, tmp_path, monkeypatch):
+def _killed(*args):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _own_error(*args):
+    raise SystemExit("libfoo: out of file descriptors")  # escapes the per-chunk answer
+
+
+@pytest.mark.parametrize(
+    ("death", "said"),
+    [
+        (_exit_3, "exited with code 3"),
+        (_killed, r"was killed by SIGKILL \(the out-of-memory killer sends it\)"),
+        (_own_error, "exited with code 1: libfoo: out of file descriptors"),
+    ],
+)
+def test_a_worker_that_dies_is_reported_as_it_died_not_waited_for(
+    clean_dataset, tmp_path, monkeypatch, death, said
+):
     from ffjobs.data.pool import WorkerDied
 
-    monkeypatch.setattr("ffjobs.data.pool._pool_context", lambda: mp.get_context("fork"))
-    monkeypatch.setattr("ffjobs.data.pool._inspect_chunk", _die)
+    # forked workers run this process's (patched) code; the fresh-interpreter ones are
+    # tested in test_worker_process.py
+    monkeypatch.setattr("ffjobs.data.worker_process._fork_is_safe", lambda: True)
+    monkeypatch.setattr("ffjobs.data.pool._inspect_chunk", death)
     config = ValidationConfig(cache_dir=str(tmp_path), workers=2)
-    with pytest.raises(
-        WorkerDied, match=r"exit code 3\) while inspecting one of \d+ files, id_\d+/"
-    ):
+    with pytest.raises(WorkerDied) as raised:
         validate_dataset(clean_dataset, config)
+    assert re.search(
+        rf"^validation worker \d+ {said}, while inspecting one of \d+ files, id_\d+/",
+        str(raised.value),
+    ), raised.value
+    assert "decoder crash" not in str(raised.value)
 
 
 def test_a_changed_manifest_outside_the_root_is_not_answered_from_the_cached_report(
