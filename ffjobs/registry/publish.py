@@ -1,8 +1,9 @@
 """Log a :class:`~ffjobs.models.swap.FaceSwap` into an existing MLflow run and register it.
 
-The pipeline owns the run; this module attaches by id and never starts or ends it. MLflow's
-``log_model`` works through its process-global settings (tracking URI, experiment), so those
-are set only for the duration of the call and restored afterwards.
+The pipeline owns the run; this module attaches by id and never starts or ends it. The model
+is logged as weights and its recorded config (:mod:`ffjobs.registry.weights`), never as a
+pickled module. A registration is three requests (the version with its card and tags, the
+alias, the tag saying both are done); a retry finishes what a lost connection left undone.
 """
 
 from __future__ import annotations
@@ -10,12 +11,19 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ffjobs.models.config import ModelConfig
 from ffjobs.registry.client import CHALLENGER, fluent_tracking
 from ffjobs.tracking.config import TrackingConfig
 
 ARTIFACT_NAME = "face_swap"
+
+REGISTRATION_TAG = "registration"
+COMPLETE = "complete"
+"""The value of :data:`REGISTRATION_TAG` once a version has its alias: set last."""
 
 
 def face_swap_signature(resolution: int) -> Any:
@@ -32,14 +40,6 @@ def face_swap_signature(resolution: int) -> Any:
     )
 
 
-def face_swap_input_example(resolution: int) -> dict[str, Any]:
-    """One mid-grey pair: it documents shapes and dtype, not what a face looks like."""
-    import numpy as np
-
-    grey = np.zeros((1, 3, resolution, resolution), dtype=np.float32)
-    return {"source": grey, "target": grey.copy()}
-
-
 @contextlib.contextmanager
 def _quiet(*logger_names: str) -> Iterator[None]:
     loggers = [logging.getLogger(name) for name in logger_names]
@@ -53,41 +53,58 @@ def _quiet(*logger_names: str) -> Iterator[None]:
             logger.setLevel(level)
 
 
-def log_face_swap(client: Any, tracking: TrackingConfig, run_id: str, model: Any) -> Any:
-    """Log ``model`` into run ``run_id`` (which stays as it is: RUNNING stays RUNNING);
-    return MLflow's ``ModelInfo`` (``model_id``, ``model_uri``)."""
-    import mlflow.pytorch
+@dataclass(frozen=True)
+class LoggedFaceSwap:
+    """A face-swap model logged into a run: MLflow's logged model and its ``models:/`` URI."""
+
+    model_id: str
+    model_uri: str
+
+
+def log_face_swap(
+    client: Any, tracking: TrackingConfig, run_id: str, model: Any, model_config: ModelConfig
+) -> LoggedFaceSwap:
+    """Log ``model`` (built from ``model_config``) into run ``run_id`` as an MLflow logged
+    model holding its weights and recorded config (:mod:`ffjobs.registry.weights`), an
+    ``MLmodel`` with its signature and requirements, and nothing that runs when loaded. The
+    run stays as it is (RUNNING stays RUNNING)."""
+    import tempfile
+
     import torch
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+    from mlflow.models import Model
 
     from ffjobs import __version__
+    from ffjobs.registry.weights import CONFIG_FILE, FLAVOR, WEIGHTS_FILE, save_face_swap
 
     experiment_id = client.get_run(run_id).info.experiment_id
-    # pickle, not pt2: loading must give back the FaceSwap module itself (its identity encoder
-    # and resolution), which evaluation and ffjobs swap use; pt2 would give a bare graph
-    requirements = [f"torch=={torch.__version__.split('+')[0]}", f"ffjobs=={__version__}"]
-    # MLflow warns that pickled models run code when loaded (a registry's models are the
-    # project's own) and that its pandas/numpy serving cannot feed a two-input model (it is
-    # loaded with mlflow.pytorch.load_model): both are known, neither is news to a user
-    with (
-        fluent_tracking(tracking.tracking_uri, experiment_id),
-        _quiet("mlflow.pytorch", "mlflow.models.model"),
-    ):
-        return mlflow.pytorch.log_model(
-            model,
-            name=ARTIFACT_NAME,
-            signature=face_swap_signature(model.resolution),
-            input_example=face_swap_input_example(model.resolution),
-            pip_requirements=requirements,
-            serialization_format="pickle",
-            run_id=run_id,
+    logged = client.create_logged_model(
+        experiment_id, name=ARTIFACT_NAME, source_run_id=run_id, model_type="ffjobs-face-swap"
+    )
+    with tempfile.TemporaryDirectory(prefix="ffjobs-model-") as tmp:
+        folder = Path(tmp)
+        save_face_swap(model, model_config, folder)
+        requirements = [f"torch=={torch.__version__.split('+')[0]}", f"ffjobs=={__version__}"]
+        (folder / "requirements.txt").write_text("\n".join(requirements) + "\n")
+        # metadata for the UI and for readers: no python_function flavor, so no MLflow loader
+        # takes it; ffjobs' own loader reads the two files the flavor names
+        card = Model(run_id=run_id, model_id=logged.model_id, model_uuid=logged.model_id)
+        card.signature = face_swap_signature(model_config.resolution)
+        card.add_flavor(
+            FLAVOR, weights=WEIGHTS_FILE, config=CONFIG_FILE, ffjobs_version=__version__
         )
+        card.save(str(folder / "MLmodel"))
+        client.log_model_artifacts(logged.model_id, str(folder))
+    client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
+    client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+    return LoggedFaceSwap(logged.model_id, f"models:/{logged.model_id}")
 
 
 def register_version(
     client: Any,
     tracking: TrackingConfig,
     name: str,
-    model_info: Any,
+    model_info: LoggedFaceSwap,
     run_id: str,
     *,
     description: str,
@@ -95,10 +112,13 @@ def register_version(
     run_link: str | None = None,
 ) -> Any:
     """A new version of ``name`` (created if missing) from a logged model, with its model
-    card as description, its tags, and the alias ``challenger`` moved to it."""
+    card as description and its tags in the one request that creates it, then made the
+    ``challenger`` by :func:`complete_registration`. Every text goes through
+    :func:`~ffjobs.tracking.redact.redact_text` on its way to the registry."""
     from mlflow.exceptions import MlflowException
 
     from ffjobs.registry.client import is_not_found
+    from ffjobs.tracking.redact import redact_text
 
     try:
         client.get_registered_model(name)
@@ -119,10 +139,18 @@ def register_version(
             name,
             source=model_info.model_uri,
             run_id=run_id,
-            tags={key: str(value) for key, value in tags.items()},
-            run_link=run_link,
-            description=description,
+            tags={key: redact_text(str(value)) for key, value in tags.items()},
+            run_link=redact_text(run_link) if run_link else None,
+            description=redact_text(description),
             model_id=model_info.model_id,
         )
-    client.set_registered_model_alias(name, CHALLENGER, version.version)
+    complete_registration(client, name, str(version.version))
     return version
+
+
+def complete_registration(client: Any, name: str, version: str) -> None:
+    """The steps after a version exists: the alias ``challenger`` moved to it, then the tag
+    :data:`REGISTRATION_TAG` saying both are done. A version without that tag was left
+    half-made (the connection was lost between the requests); a retry calls this again."""
+    client.set_registered_model_alias(name, CHALLENGER, version)
+    client.set_model_version_tag(name, version, REGISTRATION_TAG, COMPLETE)

@@ -19,7 +19,9 @@ def register_stage(config: Config, run: Run) -> StageOutcome:
 
     Refuses a run without evaluation results or whose gate blocked it. A run whose model at
     this step is registered already (a retried task, a resumed run) is ``skipped``, naming
-    that version. Facts: ``name``, ``version``, ``model_uri`` (``models:/NAME/V``), ``link``.
+    that version and whether the alias is on it, read back from the registry; a version a lost
+    connection left without its alias is finished (``passed``). Facts: ``name``, ``version``,
+    ``model_uri`` (``models:/NAME/V``), ``link``.
     """
     from ffjobs.models.swap import face_swap_from_checkpoint
 
@@ -77,17 +79,13 @@ def _register(config: Config, run: Run, model: Any, step: int) -> StageOutcome:
     from ffjobs.registry.provenance import airflow_dag_run, code_commit
     from ffjobs.registry.publish import log_face_swap, register_version
     from ffjobs.tracking.mlflow_logger import mlflow_client
+    from ffjobs.tracking.redact import redact_text
 
     name = config.registry.model_name
     client = mlflow_client(config.tracking)
     existing = _registered_already(client, name, run.mlflow_run_id, step)
     if existing is not None:
-        facts = _facts(config, name, existing.version)
-        summary = (
-            f"the model at step {step} is registered already: {name} version "
-            f"{existing.version} ({existing.tags.get(STATUS_TAG, 'no review state')})"
-        )
-        return StageOutcome(STAGE, "skipped", 0.0, summary, facts=facts)
+        return _registered_before(config, client, name, existing, step)
 
     commit, airflow, run_link = code_commit(), airflow_dag_run(run.record), link(run)
     card = model_card(
@@ -99,6 +97,7 @@ def _register(config: Config, run: Run, model: Any, step: int) -> StageOutcome:
             "git_commit": commit,
         },
     )
+    card = redact_text(card)  # the same text on disk, as the run's artifact, and in the registry
     card_file = run.stage_dir(STAGE) / "model_card.md"
     card_file.write_text(card)
     metrics = run.facts("evaluate").get("metrics") or {}
@@ -111,7 +110,7 @@ def _register(config: Config, run: Run, model: Any, step: int) -> StageOutcome:
         **({"airflow_run_id": airflow["run_id"]} if airflow else {}),
         **{f"eval.{m}": f"{metrics[m]:.4g}" for m in KEY_METRICS if m in metrics},
     }
-    info = log_face_swap(client, config.tracking, run.mlflow_run_id, model)
+    info = log_face_swap(client, config.tracking, run.mlflow_run_id, model, config.model)
     version = register_version(
         client,
         config.tracking,
@@ -132,6 +131,37 @@ def _register(config: Config, run: Run, model: Any, step: int) -> StageOutcome:
         artifacts=[str(card_file)],
         facts={**facts, "step": step, "model_id": info.model_id},
     )
+
+
+def _registered_before(
+    config: Config, client: Any, name: str, version: Any, step: int
+) -> StageOutcome:
+    """A retried task or a resumed run found its version: finish a registration a lost
+    connection left half-made (no alias), or say what the version is now, alias read back."""
+    from ffjobs.registry.client import CHALLENGER, PENDING, STATUS_TAG, version_by_alias
+    from ffjobs.registry.publish import COMPLETE, REGISTRATION_TAG, complete_registration
+
+    number = str(version.version)
+    facts = _facts(config, name, number)
+    status = version.tags.get(STATUS_TAG, PENDING)
+    if version.tags.get(REGISTRATION_TAG) != COMPLETE and status == PENDING:
+        complete_registration(client, name, number)
+        return StageOutcome(
+            STAGE,
+            "passed",
+            0.0,
+            f"{name} version {number} (step {step}) was left without its alias when the "
+            f"connection was lost; finished: it is the challenger, pending review: "
+            f"{facts['link']}",
+            facts={**facts, "step": step},
+        )
+    challenger = version_by_alias(client, name, CHALLENGER)
+    if challenger is not None and str(challenger.version) == number:
+        now = f"the challenger, {status}"
+    else:
+        now = f"{status}, not the challenger"
+    summary = f"the model at step {step} is registered already: {name} version {number} ({now})"
+    return StageOutcome(STAGE, "skipped", 0.0, summary, facts=facts)
 
 
 def _registered_already(client: Any, name: str, run_id: str, step: int) -> Any | None:

@@ -17,26 +17,38 @@ from ffjobs.tracking.config import TrackingConfig
 
 def load_face_swap(tracking: TrackingConfig, uri: str) -> Any:
     """The :class:`~ffjobs.models.swap.FaceSwap` at ``uri`` (``models:/NAME@ALIAS``,
-    ``models:/NAME/V``, ``runs:/RUN_ID/face_swap``), on the CPU."""
-    import mlflow.pytorch
+    ``models:/NAME/V``, ``runs:/RUN_ID/face_swap``), on the CPU: its files downloaded, its
+    recorded config read as data, the module built by ffjobs and the weights loaded as
+    tensors only (:func:`~ffjobs.registry.weights.read_face_swap`); nothing is unpickled."""
+    import tempfile
+
+    import mlflow.artifacts
     from mlflow.exceptions import MlflowException
 
-    from ffjobs.models.swap import FaceSwap
     from ffjobs.registry.client import fluent_tracking, is_not_found
+    from ffjobs.registry.weights import read_face_swap
     from ffjobs.tracking.mlflow_logger import mlflow_client
 
     mlflow_client(tracking)  # the same quiet-stdout and sqlite-folder set-up as every client
-    try:
-        with fluent_tracking(tracking.tracking_uri):
-            model = mlflow.pytorch.load_model(uri, map_location="cpu")
-    except MlflowException as exc:
-        what = "not found" if is_not_found(exc) else str(exc).splitlines()[0]
-        raise UserError(f"--model {uri}: {what} (tracking store {tracking.tracking_uri})") from None
-    except OSError as exc:  # a runs:/ path without a model in it
-        raise UserError(f"--model {uri}: no model there ({exc.strerror or exc})") from None
-    if not isinstance(model, FaceSwap):
-        raise UserError(f"--model {uri}: a {type(model).__name__}, not an ffjobs face-swap model")
-    return model
+    with tempfile.TemporaryDirectory(prefix="ffjobs-model-") as tmp:
+        try:
+            with fluent_tracking(tracking.tracking_uri):
+                folder = mlflow.artifacts.download_artifacts(
+                    artifact_uri=uri,
+                    dst_path=tmp,
+                    tracking_uri=tracking.tracking_uri,
+                    registry_uri=tracking.tracking_uri,
+                )
+        except MlflowException as exc:
+            what = "not found" if is_not_found(exc) else str(exc).splitlines()[0]
+            raise UserError(
+                f"--model {uri}: {what} (tracking store {tracking.tracking_uri})"
+            ) from None
+        except OSError as exc:  # a runs:/ path without a model in it
+            raise UserError(f"--model {uri}: no model there ({exc.strerror or exc})") from None
+        if not Path(folder).is_dir():
+            raise UserError(f"--model {uri}: a single file, not a model folder")
+        return read_face_swap(Path(folder), uri)
 
 
 def open_image(path: Path) -> Any:

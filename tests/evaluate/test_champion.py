@@ -3,15 +3,14 @@ from the registry and evaluated now, on the same set with the same encoder."""
 
 from __future__ import annotations
 
-import mlflow
-import mlflow.pytorch
 import pytest
-from mlflow.tracking import MlflowClient
 
 from ffjobs.errors import ExitCode
 from ffjobs.evaluate.stage import evaluate_stage
 from ffjobs.models.swap import face_swap_from_checkpoint
+from ffjobs.registry.publish import log_face_swap, register_version
 from ffjobs.runs.run import create_run
+from ffjobs.tracking.mlflow_logger import mlflow_client
 
 from .test_evaluate import untrained_model
 
@@ -19,25 +18,17 @@ NAME = "ffjobs-evaluate-test"
 pytestmark = pytest.mark.slow  # the shared trained model: about a minute on 2 cores
 
 
-def register_champion(uri: str, model) -> str:
-    """Log ``model`` as the registry engineer does (the FaceSwap module itself), register it
+def register_champion(config, model) -> str:
+    """Log ``model`` as the register stage does (weights and recorded config), register it
     and make it the champion; returns its version."""
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    try:
-        with mlflow.start_run():
-            info = mlflow.pytorch.log_model(
-                model,
-                name="model",
-                registered_model_name=NAME,
-                pip_requirements=["torch"],
-                serialization_format="pickle",  # the module itself, as the registry logs it
-            )
-    finally:
-        mlflow.set_tracking_uri(previous)
-    version = str(info.registered_model_version)
-    MlflowClient(uri).set_registered_model_alias(NAME, "champion", version)
-    return version
+    client = mlflow_client(config.tracking)
+    run_id = client.create_run("0").info.run_id  # the server's Default experiment
+    info = log_face_swap(client, config.tracking, run_id, model, config.model)
+    version = register_version(
+        client, config.tracking, NAME, info, run_id, description="champion under test", tags={}
+    )
+    client.set_registered_model_alias(NAME, "champion", version.version)
+    return str(version.version)
 
 
 def test_gate_passes_a_model_better_than_the_champion_and_blocks_a_worse_one(
@@ -56,7 +47,7 @@ def test_gate_passes_a_model_better_than_the_champion_and_blocks_a_worse_one(
     assert alone.status == "passed" and alone.facts["champion"] is None
     assert f"no champion of {NAME}: thresholds only" in alone.summary
 
-    untrained = register_champion(mlflow_server.uri, untrained_model(config))
+    untrained = register_champion(config, untrained_model(config))
     better = evaluate_stage(config, run)
     assert better.status == "passed", better.summary
     champion = better.facts["champion"]
@@ -70,7 +61,7 @@ def test_gate_passes_a_model_better_than_the_champion_and_blocks_a_worse_one(
         )
 
     trained_model, _ = face_swap_from_checkpoint(config, run.checkpoint_dir)
-    register_champion(mlflow_server.uri, trained_model)
+    register_champion(config, trained_model)
     worse = evaluate_stage(config, run, model_uri=f"models:/{NAME}/{untrained}")
     assert worse.status == "failed" and worse.exit_code == ExitCode.FAILED
     assert worse.facts["champion"]["version"] == "2"
