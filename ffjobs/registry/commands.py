@@ -30,19 +30,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="make VERSION the champion (the previous one is tagged replaced_by)",
         description="Move the alias 'champion' to VERSION and tag it validation_status="
         "approved; the previous champion keeps replaced_by/replaced_at tags; 'challenger' is "
-        "removed if it pointed to VERSION. A rejected version needs --force. " + REVIEW_HELP,
+        "removed if it pointed to VERSION. Only the challenger is approved without --force "
+        "(a rejected version or any other needs it). Each decision is appended to the "
+        "version's history (tags review.1, review.2, ...); approving the champion again "
+        "changes nothing. " + REVIEW_HELP,
     )
     _review_arguments(approve)
     approve.add_argument(
-        "--force", action="store_true", help="approve a version that was rejected before"
+        "--force",
+        action="store_true",
+        help="approve a version that is not the challenger or was rejected before",
     )
     approve.set_defaults(handler=_approve)
 
     reject = actions.add_parser(
         "reject",
         help="record VERSION as rejected (champion is left alone)",
-        description="Tag VERSION validation_status=rejected with who, when and why, and "
-        "remove 'challenger' from it; 'champion' is never moved (the champion itself cannot "
+        description="Tag VERSION validation_status=rejected with who, when and why (appended "
+        "to its history), and remove 'challenger' from it; 'champion' is never moved (the champion itself cannot "
         "be rejected: approve its successor). " + REVIEW_HELP,
     )
     _review_arguments(reject)
@@ -120,6 +125,11 @@ def _approve(args: argparse.Namespace) -> int:
     result = approve(_client(args), args.name, args.version, review, force=args.force)
     if args.json:
         print_json(result)
+    elif not result["changed"]:
+        print(
+            f"{args.name} version {result['version']} is the champion already (approved by "
+            f"{result['reviewed_by'] or '?'} at {result['reviewed_at'] or '?'}); nothing changed"
+        )
     else:
         replaced = f" (replaces version {result['replaced']})" if result["replaced"] else ""
         print(f"{args.name} version {result['version']} is the champion{replaced}")

@@ -10,6 +10,7 @@ from datetime import datetime
 import pytest
 
 from ffjobs.cli import main
+from ffjobs.registry.review import review_history
 from ffjobs.runs.stages import run_stage
 from ffjobs.tracking.mlflow_logger import mlflow_client
 
@@ -103,7 +104,57 @@ def test_approve_moves_champion_and_reject_leaves_it(trained, monkeypatch, capsy
 
     code, out, _ = _cli(capsys, "registry", "approve", name, "3", "--reason", "fine", "--force")
     assert code == 0 and _aliases(client, name) == {"champion": "3"}
-    assert "rejected by" in client.get_model_version(name, "3").tags["previous_review"]
+    history = review_history(client.get_model_version(name, "3").tags)
+    assert [(r["decision"], r["reason"]) for r in history] == [
+        ("rejected", "blurry eyes"),
+        ("approved", "fine"),
+    ]
+    assert history[1]["forced_over"] == "rejected"
+
+
+@pytest.mark.slow  # needs the trained session fixture
+def test_only_the_challenger_is_approved_and_every_review_is_kept(trained, monkeypatch, capsys):
+    name = "review-history"
+    config = _config(trained, name)
+    client = mlflow_client(config.tracking)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", config.tracking.tracking_uri)
+    assert [_register(trained, config) for _ in range(2)] == ["1", "2"]
+
+    # version 1 is pending but no longer the challenger: approving it needs --force
+    before = client.get_model_version(name, "1").tags
+    code, _, err = _cli(capsys, "registry", "approve", name, "1", "--reason", "x")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{name} version 1 is not the challenger (the challenger is version 2" in err
+    assert "--force" in err and client.get_model_version(name, "1").tags == before
+
+    approve = ("registry", "approve", name, "2", "--reason")
+    assert _cli(capsys, *approve, "sharper", "--reviewer", "ana")[0] == 0
+    after_first = client.get_model_version(name, "2").tags
+    code, out, _ = _cli(capsys, *approve, "agree", "--reviewer", "bo")
+    assert code == 0 and f"{name} version 2 is the champion already (approved by ana" in out
+    assert "nothing changed" in out
+    assert client.get_model_version(name, "2").tags == after_first  # nothing written
+
+    # version 1 made the champion over version 2 (a roll-back), then version 2 again
+    code, _, err = _cli(capsys, "registry", "approve", name, "1", "--reason", "back", "--force")
+    assert code == 0 and _aliases(client, name) == {"champion": "1"}
+    code, _, err = _cli(capsys, *approve, "fixed after all", "--reviewer", "cy")
+    assert code == 2 and "no version is the challenger" in err
+    code, out, _ = _cli(capsys, *approve, "fixed after all", "--reviewer", "cy", "--force")
+    assert code == 0 and "(replaces version 1)" in out
+    history = review_history(client.get_model_version(name, "2").tags)
+    assert [(r["decision"], r["by"], r["reason"]) for r in history] == [
+        ("approved", "ana", "sharper"),
+        ("approved", "cy", "fixed after all"),
+    ]  # the first reviewer's record is kept beside the second's
+    assert history[1]["forced_over"] == "approved"
+    tags = client.get_model_version(name, "2").tags
+    assert tags["reviewed_by"] == "cy" and tags["review.1"] != tags["review.2"]
+
+    code, out, _ = _cli(capsys, "registry", "list", name, "--json")
+    rows = {row["version"]: row for row in json.loads(out)}
+    assert [r["by"] for r in rows["2"]["reviews"]] == ["ana", "cy"]
+    assert [r["reason"] for r in rows["1"]["reviews"]] == ["back"]
 
 
 @pytest.mark.slow  # needs the trained session fixture
@@ -130,3 +181,5 @@ def test_registry_and_swap_help(capsys):
         assert "MLFLOW_TRACKING_URI" in text
     # the last one: what approve records and when it needs --force
     assert "--reason" in text and "--force" in text and "replaced_by" in text
+    words = " ".join(text.split())  # as argparse wraps it
+    assert "not the challenger" in words and "review.1" in words
