@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from ffjobs.cli import add_nproc_argument, config_from_args, print_json
 from ffjobs.errors import ExitCode, UserError
@@ -69,6 +70,7 @@ def _train_as_rank(args: argparse.Namespace) -> int:
     from ffjobs.runs.run import RUN_FILE, create_run, finish_run, join_location, resume_run
     from ffjobs.runs.stages import check_plan, run_stage
     from ffjobs.train.job import TrainJob
+    from ffjobs.train.signing import run_key_file
     from ffjobs.train.worker import run_rank
 
     if args.nproc is not None:
@@ -82,7 +84,10 @@ def _train_as_rank(args: argparse.Namespace) -> int:
     rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
     if rank != 0:  # only rank 0 touches the run's record, its MLflow run and the demo inputs
         location = join_location(config.train.checkpoint_dir, key)
-        job = TrainJob.of(config, checkpoint_dir=location, data=args.data)
+        key_file = run_key_file(Path(config.runs_dir, key).resolve())  # rank 0's run makes it
+        job = TrainJob.of(
+            config, checkpoint_dir=location, signing_key_file=str(key_file), data=args.data
+        )
         return STOPPED_ON_REQUEST if run_rank(job).get("stopped_early") else int(ExitCode.OK)
     check_plan(config, ("train",))
     if os.path.exists(os.path.join(config.runs_dir, key, RUN_FILE)):

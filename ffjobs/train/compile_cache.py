@@ -16,6 +16,13 @@ path misses every lookup and benchmarks every kernel again (about 10 s on one H2
 256 px preset). The folder is recorded beside the blob (``compile-cache.json``), and a job
 that loads the blob into another folder says so in a warning.
 
+The blob and the captures are code: Inductor's generated modules and pickles of graphs, run
+when loaded. No format carries them without that, so instead of a safe format each file is
+signed with the run's secret key (:mod:`ffjobs.train.signing`, HMAC-SHA256; the key is kept
+out of the store) and checked before anything in it is deserialised. Whoever can write to
+the checkpoint folder or bucket but does not hold the key cannot get code run: an unsigned,
+altered or foreign file is refused by name with a warning, and the job compiles cold.
+
 That local folder is where a warm start writes what it loads: every Triton kernel of the
 captures and the blob becomes a folder of files there, and Inductor's generated code a module
 (on one H200, writing the kernels took 0.4-2.5 s of a warm first step in the temporary
@@ -41,11 +48,11 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import tempfile
 import warnings
 from dataclasses import dataclass, field
 
+from ffjobs.train.signing import SignatureError, sign, verified_payload
 from ffjobs.train.storage import CheckpointStore
 
 BLOB = "compile-cache.bin"
@@ -54,8 +61,9 @@ MADE_IN = "compile-cache.json"
 
 
 def regions_file(device: str) -> str:
-    """Beside the blob, the region captures of the ranks on ``device`` (``cuda0``, ``cpu``):
-    ``{"fingerprint": str, "regions": {name: saved captures}}`` (pickle)."""
+    """Beside the blob, the region captures of the ranks on ``device`` (``cuda0``, ``cpu``),
+    signed: a JSON line ``{"fingerprint": str, "regions": [[name, size], ...]}``, then each
+    region's saved captures, in that order (:func:`pack_regions`)."""
     return f"compile-cache.regions.{device}.bin"
 
 
@@ -97,9 +105,12 @@ def load(
     rank: int = 0,
     fingerprint: str | None = None,
     device: str = "cpu",
+    *,
+    key: bytes,
 ) -> None:
     """Fill this process's compiler caches from the store's blob, if it has one, and put the
-    region captures saved on ``device`` for ``fingerprint`` into ``report.regions``."""
+    region captures saved on ``device`` for ``fingerprint`` into ``report.regions``; only
+    files signed under ``key`` (the run's) are deserialised."""
     import torch
 
     names = store.list()
@@ -119,12 +130,16 @@ def load(
     store.write(marker, b"")
     report.marker = marker
     if captures in names and fingerprint is not None:
-        report.regions = _read_regions(store, captures, fingerprint)
+        report.regions = _read_regions(store, captures, fingerprint, key)
         report.regions_from = store.describe(captures)
     if BLOB not in names:
         return
     try:
-        data = store.read(BLOB)
+        data = verified_payload(key, BLOB, store.read(BLOB))
+    except SignatureError as exc:
+        warnings.warn(_refused(store, BLOB, exc), stacklevel=2)
+        return
+    try:
         info = torch.compiler.load_cache_artifacts(data)
     except Exception as exc:  # a stale or foreign cache costs a cold compile, never the job
         warnings.warn(f"compile cache {store.describe(BLOB)} not loaded: {exc}", stacklevel=2)
@@ -134,12 +149,21 @@ def load(
     _warn_if_another_folder(store, names)
 
 
-def _read_regions(store: CheckpointStore, name: str, fingerprint: str) -> dict[str, bytes]:
+def _refused(store: CheckpointStore, name: str, error: SignatureError) -> str:
+    return f"compile cache {store.describe(name)} refused, not loaded: {error}; compiling cold"
+
+
+def _read_regions(
+    store: CheckpointStore, name: str, fingerprint: str, key: bytes
+) -> dict[str, bytes]:
     try:
-        # the run's own storage, as trusted as its checkpoints (the captures are pickles)
-        saved = pickle.loads(store.read(name))
-        made_for, regions = saved["fingerprint"], saved["regions"]
-    except Exception as exc:
+        payload = verified_payload(key, name, store.read(name))
+    except SignatureError as exc:
+        warnings.warn(_refused(store, name, exc), stacklevel=3)
+        return {}
+    try:
+        made_for, regions = unpack_regions(payload)
+    except (ValueError, KeyError, TypeError) as exc:
         warnings.warn(f"compiled regions {store.describe(name)} not read: {exc}", stacklevel=3)
         return {}
     if made_for != fingerprint:
@@ -149,7 +173,27 @@ def _read_regions(store: CheckpointStore, name: str, fingerprint: str) -> dict[s
             stacklevel=3,
         )
         return {}
-    return dict(regions)
+    return regions
+
+
+def pack_regions(fingerprint: str, regions: dict[str, bytes]) -> bytes:
+    """The region file's payload: a JSON line (fingerprint, each region's name and size), then
+    the captures; plain data, read back by :func:`unpack_regions` without unpickling."""
+    header = {"fingerprint": fingerprint, "regions": [[n, len(b)] for n, b in regions.items()]}
+    return json.dumps(header).encode() + b"\n" + b"".join(regions.values())
+
+
+def unpack_regions(payload: bytes) -> tuple[str, dict[str, bytes]]:
+    """``(fingerprint, {name: captures})`` of a :func:`pack_regions` payload."""
+    line, _, body = payload.partition(b"\n")
+    header = json.loads(line)
+    regions, offset = {}, 0
+    for name, size in header["regions"]:
+        regions[str(name)] = body[offset : offset + int(size)]
+        offset += int(size)
+    if offset != len(body):
+        raise ValueError(f"{len(body)} bytes of captures where the header says {offset}")
+    return str(header["fingerprint"]), regions
 
 
 NODE_MEMORY = "/dev/shm"
@@ -232,19 +276,23 @@ def save_regions(
     regions: dict[str, bytes],
     fingerprint: str,
     device: str = "cpu",
+    *,
+    key: bytes,
 ) -> None:
     """Write ``regions`` (the captures of the regions that captured in this process), with
-    the ones loaded for the others, as ``device``'s region file (every rank, once);
-    nothing when no region captured here."""
+    the ones loaded for the others, as ``device``'s region file signed under ``key`` (every
+    rank, once); nothing when no region captured here."""
     if not regions:
         return
-    payload = {"fingerprint": fingerprint, "regions": {**report.regions, **regions}}
-    store.write(regions_file(device), pickle.dumps(payload))
+    name = regions_file(device)
+    payload = pack_regions(fingerprint, {**report.regions, **regions})
+    store.write(name, sign(key, name, payload))
     report.saved_regions = len(regions)
 
 
-def save(store: CheckpointStore, report: CacheReport) -> None:
-    """Write this process's compiler cache entries as the store's blob (rank 0, once).
+def save(store: CheckpointStore, report: CacheReport, *, key: bytes) -> None:
+    """Write this process's compiler cache entries as the store's blob, signed under ``key``
+    (rank 0, once).
 
     Skipped when the blob was loaded at start: the entries are the ones it already holds.
     """
@@ -257,6 +305,6 @@ def save(store: CheckpointStore, report: CacheReport) -> None:
         return
     data, info = artifacts
     store.write(MADE_IN, json.dumps({"inductor_cache_dir": local_cache_dir()}).encode())
-    store.write(BLOB, data)
+    store.write(BLOB, sign(key, BLOB, data))
     report.saved_bytes = len(data)
     report.saved_entries = _entries(info)

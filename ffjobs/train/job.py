@@ -24,6 +24,10 @@ class TrainJob:
     tracking_dir: str | None = None
     """The run's tracking spool folder (``<run dir>/tracking``): rank 0 of each node spools what
     it logs there first, so an outage or a crash loses nothing (see ``ffjobs.tracking``)."""
+    signing_key_file: str | None = None
+    """The run's signing key (``<run dir>/signing.key``, :mod:`ffjobs.train.signing`) that the
+    compile cache in the checkpoint folder is signed with; the path travels, never the key.
+    Without one, a key of the user's own for this checkpoint folder."""
     quarantine: str | None = None
     """File listing the images validation rejected; the training index skips them."""
     data: str = "dataset"

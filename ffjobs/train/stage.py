@@ -17,6 +17,7 @@ from ffjobs.train.attempts import (
     run_goodput,
 )
 from ffjobs.train.job import TrainJob
+from ffjobs.train.signing import load_or_create_key, run_key_file
 
 
 def train_job(config: Config, checkpoint_dir: str, **fields: Any) -> TrainJob:
@@ -46,9 +47,12 @@ def train_stage(
     from ffjobs.train.launch import launch_job
     from ffjobs.train.worker import run_rank
 
+    key_file = run_key_file(run.dir).resolve()
+    load_or_create_key(key_file)  # before any rank starts: every rank reads this one
     job = train_job(
         config,
         run.checkpoint_dir,
+        signing_key_file=str(key_file),
         mlflow_run_id=run.mlflow_run_id,
         tracking_dir=str(run.tracking_dir.resolve()),
         quarantine=run.facts("validate").get("quarantine"),

@@ -87,7 +87,11 @@ class Trainer:
         models: FusionModels | None = None,
         logger: RunLogger | None = None,
         flops_per_image: float | None = None,
+        signing_key: bytes | None = None,
     ):
+        """``signing_key``: the run's key (:mod:`ffjobs.train.signing`) that the compile cache
+        in the checkpoint store is signed and checked with; without one that cache is neither
+        read nor written (the job compiles cold)."""
         self.created = time.perf_counter()  # time to the first step counts from here
         self.config, self.env, self.device = config, env, device
         tc = self.tc = config.train
@@ -121,7 +125,8 @@ class Trainer:
         self.compile_cache = compile_cache.CacheReport()
         self.cache_device = compile_cache.device_name(device)  # whose region captures
         self.fingerprint = ""  # of the region captures: only with the compile cache
-        if tc.compile and tc.compile_cache:
+        self.signing_key = signing_key if tc.compile and tc.compile_cache else None
+        if self.signing_key is not None:
             self.fingerprint = regions.fingerprint(
                 {
                     "model": config.to_dict()["model"],
@@ -136,6 +141,7 @@ class Trainer:
                 env.rank,
                 self.fingerprint,
                 self.cache_device,
+                key=self.signing_key,
             )
         self.first_step_s: float | None = None
         self.comm = CommTimer(device)
@@ -417,7 +423,7 @@ class Trainer:
         self.first_step_s = time.perf_counter() - self.created
         store, cache = self.checkpointer.store, self.compile_cache
         compile_cache.first_step_done(store, cache)
-        if self.tc.compile and self.tc.compile_cache:
+        if self.signing_key is not None:
             with self.meter.excluded():
                 # every rank its device's captures; rank 0 the compiler's caches
                 compile_cache.save_regions(
@@ -426,9 +432,10 @@ class Trainer:
                     regions.save_all(self.regions),
                     self.fingerprint,
                     self.cache_device,
+                    key=self.signing_key,
                 )
                 if self.env.rank == 0:
-                    compile_cache.save(store, cache)
+                    compile_cache.save(store, cache, key=self.signing_key)
         if self.env.rank == 0:
             # the wall-clock time is what ffjobs bench recovery reads a recovery's end from
             print0(
@@ -440,11 +447,12 @@ class Trainer:
             self.logger.log_metrics({"first_step_s": self.first_step_s}, step)
 
     def resume(self) -> int:
-        """Load the newest verified checkpoint if there is one; return the step it is at."""
-        ref = self.checkpointer.latest_verified()
-        if ref is None:
+        """Load the newest verified checkpoint that loads safely, if there is one; return the
+        step it is at."""
+        found = self.checkpointer.load_latest()
+        if found is None:
             return 0
-        state = self.checkpointer.load(ref)
+        ref, state = found
         if "optimizer_state" not in state:
             raise UserError(
                 f"{ref.location}: older checkpoint layout (no 'optimizer_state' key); resume it "

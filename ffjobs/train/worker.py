@@ -25,6 +25,7 @@ from ffjobs.tracking.mlflow_logger import RunLogger
 from ffjobs.train.data import RandomPairs
 from ffjobs.train.distributed import compute_cleanup, compute_init
 from ffjobs.train.job import DATA_KINDS, TrainJob
+from ffjobs.train.signing import load_or_create_key, user_key_file
 
 __all__ = ["DATA_KINDS", "build_train_dataset", "run_rank"]
 
@@ -92,6 +93,10 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
     if tc.compile:
         prepare_compiler(device)  # with the other imports, before the trainer's clock starts
     try:
+        signing_key = None
+        if tc.compile and tc.compile_cache:  # read once every rank has joined: rank 0 made it
+            key_file = job.signing_key_file or user_key_file(job.checkpoint_dir)
+            signing_key = load_or_create_key(key_file)
         dataset = build_train_dataset(config, job.data, env.world_size, job.quarantine)
         tracked = env.rank == 0 and job.mode == "train"
         spool = job.tracking_dir if tracked else None  # one writer of training metrics: rank 0
@@ -104,6 +109,7 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
             checkpoint_dir=job.checkpoint_dir,
             logger=logger,
             flops_per_image=flops_per_image(config),
+            signing_key=signing_key,
         )
         if job.mode == "bench":
             from ffjobs.bench.train import bench_rank

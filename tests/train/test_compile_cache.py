@@ -15,8 +15,12 @@ import sys
 import pytest
 
 from ffjobs.train.compile_cache import BLOB, regions_file
+from ffjobs.train.signing import sign
 
 from .helpers import tiny_config
+
+KEY = bytes(range(32))
+"""The run's signing key in these tests."""
 
 _RUN = """
 import json, sys
@@ -41,6 +45,8 @@ def _compiled_run(config, local_cache) -> dict:
         **os.environ,
         "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
         "TORCHINDUCTOR_CACHE_DIR": str(local_cache),  # empty: only the blob can make it warm
+        # a job without a run signs with the user's key for its checkpoint folder: kept here
+        "XDG_STATE_HOME": str(local_cache.parent / "state"),
     }
     done = subprocess.run(
         [sys.executable, "-c", _RUN, json.dumps(config.to_dict(), default=str)],
@@ -84,18 +90,20 @@ def test_saved_region_captures_are_used_only_by_the_code_and_settings_they_were_
 
     store = LocalStore(tmp_path / "run")
     report = compile_cache.CacheReport()
-    compile_cache.save_regions(store, report, {"generator": b"captures"}, "code-a", "cuda0")
+    compile_cache.save_regions(
+        store, report, {"generator": b"captures"}, "code-a", "cuda0", key=KEY
+    )
     same = compile_cache.CacheReport()
-    compile_cache.load(store, same, fingerprint="code-a", device="cuda0")
+    compile_cache.load(store, same, fingerprint="code-a", device="cuda0", key=KEY)
     assert same.regions == {"generator": b"captures"}
 
     other_device = compile_cache.CacheReport()  # guards name their device: not cuda0's
-    compile_cache.load(store, other_device, rank=1, fingerprint="code-a", device="cuda1")
+    compile_cache.load(store, other_device, rank=1, fingerprint="code-a", device="cuda1", key=KEY)
     assert other_device.regions == {}
 
     other_code = compile_cache.CacheReport()
     with pytest.warns(UserWarning, match="captured for other code or settings"):
-        compile_cache.load(store, other_code, rank=2, fingerprint="code-b", device="cuda0")
+        compile_cache.load(store, other_code, rank=2, fingerprint="code-b", device="cuda0", key=KEY)
     assert other_code.regions == {}
 
 
@@ -107,7 +115,7 @@ def _store_with_blob(tmp_path):
     store = LocalStore(tmp_path / "run")
     torch.compile(lambda x: x * 2 + 1)(torch.ones(3))  # one cache entry to carry
     data, _ = torch.compiler.save_cache_artifacts()
-    store.write(BLOB, data)
+    store.write(BLOB, sign(KEY, BLOB, data))
     return store
 
 
@@ -116,19 +124,19 @@ def test_a_start_that_never_reached_its_first_step_makes_the_next_one_compile_co
 
     store = _store_with_blob(tmp_path)
     first = compile_cache.CacheReport()
-    compile_cache.load(store, first, rank=1)  # loads, then dies before its first step
+    compile_cache.load(store, first, rank=1, key=KEY)  # loads, then dies before its first step
     assert first.loaded_entries > 0
     assert compile_cache.starting_marker(1) in store.list()
 
     restart = compile_cache.CacheReport()
     with pytest.warns(UserWarning, match="did not reach its first step"):
-        compile_cache.load(store, restart, rank=1)
+        compile_cache.load(store, restart, rank=1, key=KEY)
     assert restart.loaded_entries == 0  # cold: a blob that kills starts cannot kill them all
     assert compile_cache.starting_marker(1) not in store.list()
     assert BLOB in store.list()  # rank 0 replaces it after its first step; nothing else goes
 
     third = compile_cache.CacheReport()
-    compile_cache.load(store, third, rank=1)  # the start after that tries the blob again
+    compile_cache.load(store, third, rank=1, key=KEY)  # the start after that tries the blob again
     assert third.loaded_entries > 0
 
 
@@ -137,13 +145,13 @@ def test_the_marker_goes_at_the_first_step_and_other_ranks_have_their_own(tmp_pa
 
     store = _store_with_blob(tmp_path)
     rank0, rank1 = compile_cache.CacheReport(), compile_cache.CacheReport()
-    compile_cache.load(store, rank0, rank=0)
-    compile_cache.load(store, rank1, rank=1)
+    compile_cache.load(store, rank0, rank=0, key=KEY)
+    compile_cache.load(store, rank1, rank=1, key=KEY)
     compile_cache.first_step_done(store, rank0)
     assert store.list() == sorted([BLOB, compile_cache.starting_marker(1)])
 
     again = compile_cache.CacheReport()
-    compile_cache.load(store, again, rank=0)  # rank 0's last start got through: warm
+    compile_cache.load(store, again, rank=0, key=KEY)  # rank 0's last start got through: warm
     assert again.loaded_entries > 0
 
 
@@ -160,15 +168,15 @@ def test_a_blob_loaded_into_another_local_cache_folder_says_its_kernels_are_tune
     store = LocalStore(tmp_path / "run")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "node-a"))
     torch.compile(lambda x: x * 3 - 1)(torch.ones(3))
-    compile_cache.save(store, compile_cache.CacheReport())
+    compile_cache.save(store, compile_cache.CacheReport(), key=KEY)
     assert {BLOB, compile_cache.MADE_IN} <= set(store.list())
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the same folder: nothing to say
-        compile_cache.load(store, compile_cache.CacheReport())
+        compile_cache.load(store, compile_cache.CacheReport(), key=KEY)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "node-b"))
     with pytest.warns(UserWarning, match="benchmarked again.*TORCHINDUCTOR_CACHE_DIR"):
-        compile_cache.load(store, compile_cache.CacheReport(), rank=1)
+        compile_cache.load(store, compile_cache.CacheReport(), rank=1, key=KEY)
 
 
 def _filesystem(free_bytes: int, flags: int = 0) -> os.statvfs_result:
