@@ -7,14 +7,17 @@ Each component registers its own sub-commands (``ffjobs/<component>/commands.py`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TextIO
 
 from ffjobs import __version__
 from ffjobs.errors import ExitCode, UserError
+from ffjobs.tracking.redact import redact_text, remember_config_secrets
 
 # Modules that add sub-commands; each exposes ``register(subparsers) -> None``.
 COMMAND_MODULES = (
@@ -77,14 +80,48 @@ def overrides_from_args(args: argparse.Namespace) -> list[str]:
 
 
 def config_from_args(args: argparse.Namespace):
+    """The resolved config of ``--config`` and ``--set``; its secrets are redacted from
+    everything the command prints from now on."""
     from ffjobs.config import load_config
 
-    return load_config(args.config, overrides_from_args(args))
+    config = load_config(args.config, overrides_from_args(args))
+    remember_config_secrets(config)
+    return config
 
 
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+    # one write: the redaction of stdout sees each value whole, not in the encoder's pieces
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+class RedactingStream:
+    """A text stream whose writes are redacted first (:func:`ffjobs.tracking.redact.redact_text`);
+    everything else is the wrapped stream's."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(redact_text(text))
+
+    def writelines(self, lines: Sequence[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def redacted_terminal() -> Iterator[None]:
+    """Redact everything this process prints on stdout and stderr (links, errors, warnings):
+    a secret of the config or the environment never reaches a terminal or a CI log."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(out), RedactingStream(err)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,20 +144,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
-    if handler is None:
-        parser.print_help()
-        return ExitCode.USAGE
-    try:
-        return int(handler(args) or ExitCode.OK)
-    except UserError as exc:
-        print(f"ffjobs: error: {exc}", file=sys.stderr)
-        return int(exc.exit_code)
-    except KeyboardInterrupt:
-        print("ffjobs: interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
+    with redacted_terminal():
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+        if handler is None:
+            parser.print_help()
+            return ExitCode.USAGE
+        try:
+            return int(handler(args) or ExitCode.OK)
+        except UserError as exc:
+            print(f"ffjobs: error: {exc}", file=sys.stderr)
+            return int(exc.exit_code)
+        except KeyboardInterrupt:
+            print("ffjobs: interrupted", file=sys.stderr)
+            return ExitCode.INTERRUPTED
+        except Exception:  # a bug: its traceback, through the redacted stderr
+            traceback.print_exc()
+            return ExitCode.FAILED
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from ffjobs.config import Config
 from ffjobs.errors import UserError
 from ffjobs.runs.run import Run, create_run, finish_run, link, resume_run, resumed_config
 from ffjobs.runs.stages import STAGES, check_plan, parse_stages, run_stage
+from ffjobs.tracking.redact import redact_text
 
 
 def run_pipeline(config: Config, run: Run, stages: Sequence[str] = tuple(STAGES)) -> Run:
@@ -54,7 +55,9 @@ def summary_dict(run: Run) -> dict[str, Any]:
         "checkpoint_dir": run.checkpoint_dir,
         "mlflow_run_id": run.mlflow_run_id,
         "mlflow": link(run),
-        "tracking_uri": run.config.tracking.tracking_uri if run.config.tracking.enabled else None,
+        "tracking_uri": (
+            redact_text(run.config.tracking.tracking_uri) if run.config.tracking.enabled else None
+        ),
         "stages": [o.to_dict() for o in run.outcomes],
     }
 

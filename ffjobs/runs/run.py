@@ -18,7 +18,6 @@ travels in the earlier stage's :class:`StageOutcome` facts, recorded in ``run.js
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from typing import Any
 
 from ffjobs.config import Config, config_from_dict
 from ffjobs.errors import ExitCode, UserError
+from ffjobs.private_files import make_private_dir, write_private_text
 from ffjobs.tracking.mlflow_logger import (
     RunLogger,
     deliver_pending,
@@ -39,6 +39,7 @@ from ffjobs.tracking.mlflow_logger import (
     start_run,
     tracking_dir,
 )
+from ffjobs.tracking.redact import redact_text, remember_config_secrets
 
 RUN_FILE = "run.json"
 CONFIG_FILE = "config.json"
@@ -114,6 +115,12 @@ class Run:
     """The stages of this process's pass (the record keeps every pass's latest per stage)."""
     _logger: RunLogger | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        # every process holding a run (owner, Airflow task, SLURM job) knows its config's
+        # secrets, and every line it prints about the run is redacted on its way out
+        remember_config_secrets(self.config)
+        self.echo = _redacted(self.echo)
+
     @property
     def mlflow_run_id(self) -> str | None:
         return self.record.get("mlflow_run_id")
@@ -160,9 +167,7 @@ class Run:
         return dict((self.outcome(stage) or {}).get("facts", {}))
 
     def stage_dir(self, stage: str) -> Path:
-        path = self.dir / stage
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        return make_private_dir(self.dir / stage)
 
     def record_outcome(self, outcome: StageOutcome) -> None:
         self.outcomes.append(outcome)
@@ -172,9 +177,9 @@ class Run:
 
     def save(self) -> None:
         self.record["updated"] = _now()
-        tmp = self.dir / f".{RUN_FILE}.tmp"
-        tmp.write_text(json.dumps(self.record, indent=2, default=str) + "\n")
-        os.replace(tmp, self.dir / RUN_FILE)
+        write_private_text(
+            self.dir / RUN_FILE, json.dumps(self.record, indent=2, default=str) + "\n"
+        )
 
 
 def create_run(
@@ -191,10 +196,10 @@ def create_run(
     if (run_dir / RUN_FILE).exists():
         raise UserError(f"run {key} already exists in {config.runs_dir}; continue it with --resume")
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(run_dir)
     except OSError as exc:
         raise UserError(f"runs_dir: cannot create {run_dir}: {exc.strerror}") from None
-    (run_dir / CONFIG_FILE).write_text(config.dump("json") + "\n")
+    write_private_text(run_dir / CONFIG_FILE, config.dump("json") + "\n")
     record: dict[str, Any] = {
         "key": key,
         "name": config.name,
@@ -259,7 +264,9 @@ def load_record(run_dir: Path) -> tuple[dict[str, Any], Config]:
         config_data = json.loads((run_dir / CONFIG_FILE).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise UserError(f"{run_dir}: not a readable ffjobs run ({exc})") from None
-    return record, config_from_dict(config_data, source=str(run_dir / CONFIG_FILE))
+    config = config_from_dict(config_data, source=str(run_dir / CONFIG_FILE))
+    remember_config_secrets(config)  # `ffjobs runs show` prints about a run it does not hold
+    return record, config
 
 
 def attach_run(
@@ -290,7 +297,7 @@ def resume_run(
             f"--resume {key}: model.{first} is {now.get(first)!r} but the run was started with "
             f"{started.get(first)!r}; its checkpoints would not load (start a new run instead)"
         )
-    (run_dir / CONFIG_FILE).write_text(config.dump("json") + "\n")
+    write_private_text(run_dir / CONFIG_FILE, config.dump("json") + "\n")
     record.update(status="running", passes=int(record.get("passes", 1)) + 1)
     record["checkpoint_dir"] = join_location(config.train.checkpoint_dir, key)
     run = Run(key, run_dir, config, record, owner=True, echo=echo, quiet_stdout=quiet_stdout)
@@ -335,6 +342,13 @@ def check_dataset_fingerprint(run: Run, fingerprint: str) -> None:
 
 def link(run: Run) -> str | None:
     return run_link(run.config.tracking, run.mlflow_run_id)
+
+
+def _redacted(echo: Callable[[str], None]) -> Callable[[str], None]:
+    def say(line: str) -> None:
+        echo(redact_text(line))
+
+    return say
 
 
 def _now() -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ffjobs.tracking.redact import redact_mapping, redacted_copy
+from ffjobs.tracking.redact import redact_document, redact_mapping, redact_text, redacted_copy
 from ffjobs.tracking.spool import Spool, run_spools
 
 METRIC_BATCH = 1000
@@ -79,11 +79,11 @@ def _dataset_input(record: dict[str, Any]) -> Any:
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
     dataset = Dataset(
-        name=record["name"],
+        name=redact_text(record["name"]),
         digest=record["digest"],
         source_type=record["source_type"],
-        source=json.dumps({"uri": record["source"]}),
-        profile=json.dumps(record.get("profile") or {}),
+        source=json.dumps({"uri": redact_text(record["source"])}),
+        profile=json.dumps(redact_document(record.get("profile") or {})),
     )
     tags = [InputTag("mlflow.data.context", record.get("context", "training"))]
     return DatasetInput(dataset=dataset, tags=tags)

@@ -30,7 +30,7 @@ from typing import Any
 
 from ffjobs.tracking.config import TrackingConfig
 from ffjobs.tracking.delivery import deliver, deliver_run
-from ffjobs.tracking.redact import redact_mapping
+from ffjobs.tracking.redact import redact_mapping, redact_text
 from ffjobs.tracking.shipper import Shipper, TrackingWarning, Unavailable
 from ffjobs.tracking.spool import SPOOL_DIR, Spool, logged_steps, writer_name
 
@@ -175,10 +175,11 @@ def end_run(tracking: TrackingConfig, run_id: str | None, status: str = "FINISHE
 
 
 def run_link(tracking: TrackingConfig, run_id: str | None) -> str | None:
-    """Where a person finds the run: the UI page for a server, else the store and id."""
+    """Where a person finds the run: the UI page for a server, else the store and id; a
+    password in the tracking URI is redacted (a browser asks for it)."""
     if run_id is None or not tracking.enabled:
         return None
-    uri = tracking.tracking_uri.rstrip("/")
+    uri = redact_text(tracking.tracking_uri.rstrip("/"))
     if uri.startswith(("http://", "https://")):
         try:
             experiment_id = mlflow_client(tracking).get_run(run_id).info.experiment_id
@@ -305,7 +306,7 @@ class RunLogger:
         if self._spool is None:
             self._spool = Spool.for_writer(self.spool_dir, writer_name(self._role))
             if self.run_id is not None:  # else nothing to ship to yet: the owner delivers
-                where = self.tracking.tracking_uri
+                where = redact_text(self.tracking.tracking_uri)
                 self._shipper = Shipper(self._deliver, where, str(self._spool.path))
         self._spool.append(record)
         if self._shipper is not None:
@@ -325,9 +326,8 @@ def _warn(reason: str, *, spooling: bool = False) -> None:
     import warnings
 
     tail = "" if spooling else "; the work goes on"
-    warnings.warn(
-        f"{reason}{tail} (set tracking.enabled=false to silence)", TrackingWarning, stacklevel=3
-    )
+    message = redact_text(f"{reason}{tail} (set tracking.enabled=false to silence)")
+    warnings.warn(message, TrackingWarning, stacklevel=3)
 
 
 def _ensure_sqlite_parent(uri: str) -> None:

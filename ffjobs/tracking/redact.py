@@ -1,53 +1,84 @@
-"""Secrets never reach MLflow: the one place every param, tag and uploaded file passes through.
+"""Secrets never leave the process: the one place every param, tag, uploaded file, printed
+line, log line and XCom value passes through.
 
-Two rules:
+Rules, applied in this order to any text (:func:`redact_text`):
 
-* a value under a key that looks like a credential (``secret``, ``password``, ``token``, ...,
-  case-insensitive, in any part of the dotted key) is replaced by :data:`REDACTED`;
-* the values of the AWS credential variables in this process's environment are replaced
-  wherever they appear inside any string (a URL with a key in it, a log line, a report).
+* the userinfo of any URL: ``scheme://user:password@host`` becomes ``scheme://user:***@host``,
+  ``scheme://token@host`` becomes ``scheme://***@host``;
+* the value of an assignment to a credential-looking name: ``export AWS_SECRET_ACCESS_KEY=x``,
+  ``TOKEN='x'``, ``--password x``, ``?api_key=x``;
+* every secret value known to the process (:mod:`ffjobs.tracking.known_secrets`: remembered from
+  the resolved config, and the environment's credential variables), wherever it appears.
 
-Only what goes to MLflow is redacted: the run directory's own files (``config.json``, reports)
-stay as they are, on the user's disk, next to the credentials the process already had.
+Documents (params, tags, JSON) also lose the value under any credential-looking key
+(:func:`redact_value`). The run directory's own files (``config.json``, reports) keep what the
+user wrote; the run directory is readable by its owner only (:mod:`ffjobs.private_files`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-REDACTED = "***"
-
-SECRET_KEY = re.compile(
-    r"secret|passw(or)?d|passwd|token|credential|access[_-]?key|private[_-]?key|api[_-]?key"
-    r"|auth|session[_-]?key|signature",
-    re.IGNORECASE,
+from ffjobs.tracking.known_secrets import (
+    SECRET_KEY,
+    URL_USERINFO,
+    credential_assignments,
+    is_secret_key,
+    known_secrets,
+    remember_config_secrets,
+    remember_secret,
 )
-"""Key names whose values are credentials."""
 
-SECRET_ENVIRONMENT = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
-"""Environment variables whose values are redacted inside any string."""
+__all__ = [
+    "REDACTED",
+    "SECRET_KEY",
+    "is_secret_key",
+    "redact_document",
+    "redact_mapping",
+    "redact_text",
+    "redact_value",
+    "redacted_copy",
+    "remember_config_secrets",
+    "remember_secret",
+]
+
+REDACTED = "***"
 
 TEXT_SUFFIXES = (".json", ".jsonl", ".md", ".txt", ".yaml", ".yml", ".log", ".csv", ".cfg")
 """Uploaded files read as text and redacted; anything else (a PNG) goes as it is."""
 
 
-def is_secret_key(key: str) -> bool:
-    """True when any part of the dotted ``key`` names a credential."""
-    return bool(SECRET_KEY.search(key))
-
-
 def redact_text(text: str) -> str:
-    """``text`` with every value of :data:`SECRET_ENVIRONMENT` replaced."""
-    for name in SECRET_ENVIRONMENT:
-        value = os.environ.get(name)
-        if value and len(value) >= 4:  # a 1-3 character value would blank out ordinary text
-            text = text.replace(value, REDACTED)
+    """``text`` with URL userinfo, credential assignments and every known secret value
+    replaced by :data:`REDACTED`."""
+    if not text:
+        return text
+    text = URL_USERINFO.sub(_redact_userinfo, text)
+    spans = sorted((match.span("value") for match, _ in credential_assignments(text)), reverse=True)
+    kept_from = len(text)
+    for start, end in spans:  # from the end, so earlier spans keep their offsets
+        if end <= kept_from:  # a flag's value that is also an assignment is replaced once
+            text, kept_from = text[:start] + REDACTED + text[end:], start
+    secrets = known_secrets()
+    if secrets:
+        text = _any_of(tuple(secrets)).sub(REDACTED, text)
     return text
+
+
+@functools.lru_cache(maxsize=8)
+def _any_of(values: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(map(re.escape, values)))
+
+
+def _redact_userinfo(match: re.Match[str]) -> str:
+    user, colon, _ = match.group("userinfo").partition(":")
+    userinfo = f"{user}:{REDACTED}" if colon else REDACTED
+    return f"{match.group('scheme')}{userinfo}@"
 
 
 def redact_value(key: str, value: Any) -> str:

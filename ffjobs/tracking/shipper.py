@@ -11,6 +11,8 @@ import time
 import warnings
 from collections.abc import Callable
 
+from ffjobs.tracking.redact import redact_text
+
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 """Waits between delivery attempts while the server is down: doubling from 1 s to 30 s, each
@@ -114,7 +116,7 @@ class Shipper:
         if self.outage_since is not None:
             down = time.time() - self.outage_since
             print(
-                f"tracking: delivery to {self.where} resumed after {down:.0f} s; spooled "
+                f"tracking: delivery to {redact_text(self.where)} resumed after {down:.0f} s; spooled "
                 "records sent",
                 file=sys.stderr,
                 flush=True,
@@ -128,4 +130,4 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _warn(message: str) -> None:
-    warnings.warn(message, TrackingWarning, stacklevel=2)
+    warnings.warn(redact_text(message), TrackingWarning, stacklevel=2)

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ffjobs.private_files import make_private_dir, open_private_append, write_private_text
+
 SPOOL_DIR = "tracking"
 """The spools' folder inside a run directory."""
 
@@ -55,12 +57,12 @@ class Spool:
         """Write ``record`` (a JSON-ready dict) as the next line; return its ``seq``."""
         with self._append_lock:
             if self._seq is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                make_private_dir(self.path.parent)
                 self._seq = max((seq for seq, _ in self.records()), default=0)
             self._seq += 1
             line = json.dumps({"seq": self._seq, **record}, separators=(",", ":")) + "\n"
             # one write of a whole line in append mode: a reader sees it whole or not at all
-            with self.path.open("a", encoding="utf-8") as out:
+            with open_private_append(self.path) as out:
                 out.write(line)
             return self._seq
 
@@ -96,16 +98,14 @@ class Spool:
 
     def mark_delivered(self, seq: int) -> None:
         """Move the watermark to ``seq`` (atomically: a crash leaves the old or the new one)."""
-        tmp = self.watermark_path.with_name(f".{self.watermark_path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"seq": seq}) + "\n")
-        os.replace(tmp, self.watermark_path)
+        write_private_text(self.watermark_path, json.dumps({"seq": seq}) + "\n")
 
     @contextlib.contextmanager
     def delivering(self, *, wait: bool = True) -> Iterator[bool]:
         """Hold the spool's delivery lock; yields False (without it) if ``wait`` is False and
         another process is delivering it now."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.with_suffix(".lock").open("a") as lock:
+        make_private_dir(self.path.parent)
+        with open_private_append(self.path.with_suffix(".lock")) as lock:
             flags = fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB)
             try:
                 fcntl.flock(lock, flags)
