@@ -28,6 +28,8 @@ from ffjobs.config import Config, load_config
 from ffjobs.errors import ExitCode, UserError
 from ffjobs.runs.run import Run, attach_run, create_run, finish_run, resume_run, resumed_config
 from ffjobs.runs.stages import STAGES, check_plan, run_stage
+from ffjobs.tracking.known_secrets import known_secrets
+from ffjobs.tracking.redact import redact_document, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,7 @@ def config_from_params(params: Mapping[str, Any]) -> Config:
             return resumed_config(str(params["resume"]), overrides, preset)
         return load_config(preset, overrides)
     except UserError as exc:
-        raise AirflowFailException(f"config: {exc}") from None
+        raise AirflowFailException(redact_text(f"config: {exc}")) from None
 
 
 def validate(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -67,29 +69,47 @@ def validate(params: Mapping[str, Any]) -> dict[str, Any]:
             # task (ffjobs.tracking.mlflow_logger.environment_tags, applied by create_run)
             run = create_run(config, echo=log.info)
     except UserError as exc:
-        raise AirflowFailException(f"run: {exc}") from None
+        raise AirflowFailException(redact_text(f"run: {exc}")) from None
+    _mask_in_task_log()  # the run remembered its config's secrets
     log.info("run %s in %s, MLflow run %s", run.key, run.dir, run.mlflow_run_id)
     return _run(run, "validate", last=False)
 
 
 def preflight(state: Mapping[str, Any]) -> dict[str, Any]:
     """Check the fabric the training will use; a FAIL verdict stops the DAG run."""
-    return _run(attach_run(state["run_dir"], echo=log.info), "preflight", last=False)
+    return _run(attach(state), "preflight", last=False)
 
 
 def train(state: Mapping[str, Any]) -> dict[str, Any]:
     """Train (local ranks on this worker, or a supervised SLURM job of the profile)."""
-    return _run(attach_run(state["run_dir"], echo=log.info), "train", last=False)
+    return _run(attach(state), "train", last=False)
 
 
 def evaluate(state: Mapping[str, Any]) -> dict[str, Any]:
     """Evaluate the run's model on held-out identities; a blocking gate fails the DAG run."""
-    return _run(attach_run(state["run_dir"], echo=log.info), "evaluate", last=False)
+    return _run(attach(state), "evaluate", last=False)
 
 
 def register(state: Mapping[str, Any]) -> dict[str, Any]:
     """Register the model for review (alias ``challenger``); end the run's MLflow run."""
-    return _run(attach_run(state["run_dir"], echo=log.info), "register", last=True)
+    return _run(attach(state), "register", last=True)
+
+
+def attach(state: Mapping[str, Any]) -> Run:
+    """The run a later task holds, by the run directory in ``state`` (the upstream XCom); its
+    secrets are masked in the task's log from now on."""
+    run = attach_run(state["run_dir"], echo=log.info)  # remembers its config's secrets
+    _mask_in_task_log()
+    return run
+
+
+def _mask_in_task_log() -> None:
+    """Hand every known secret to Airflow's log masker, so that no line of the task's log (a
+    library's warning, a traceback) shows one."""
+    from airflow.sdk.log import mask_secret
+
+    for secret in known_secrets():
+        mask_secret(secret)
 
 
 def _run(run: Run, stage: str, *, last: bool) -> dict[str, Any]:
@@ -97,20 +117,20 @@ def _run(run: Run, stage: str, *, last: bool) -> dict[str, Any]:
         outcome = run_stage(run.config, run, stage)
     except UserError as exc:
         finish_run(run, "FAILED", end_tracking=True)
-        raise AirflowFailException(f"{stage}: {exc}") from None
+        raise AirflowFailException(redact_text(f"{stage}: {exc}")) from None
     except BaseException:
         if not _retries_left():
             finish_run(run, "FAILED", end_tracking=True)
         raise
     if outcome.status == "failed":
         if outcome.exit_code == ExitCode.RETRYABLE and _retries_left():
-            raise AirflowException(f"{stage} failed (retryable): {outcome.summary}")
+            raise AirflowException(redact_text(f"{stage} failed (retryable): {outcome.summary}"))
         finish_run(run, "FAILED", end_tracking=True)
-        raise AirflowFailException(f"{stage} failed: {outcome.summary}")
+        raise AirflowFailException(redact_text(f"{stage} failed: {outcome.summary}"))
     if last:
         finish_run(run, "FINISHED", end_tracking=True)
     if outcome.status == "skipped":  # nothing to train, a version already registered
-        raise AirflowSkipException(outcome.summary)
+        raise AirflowSkipException(redact_text(outcome.summary))
     return _state(run, stage)
 
 
@@ -123,12 +143,14 @@ def _retries_left() -> bool:
 
 
 def _state(run: Run, stage: str) -> dict[str, Any]:
-    """XCom for the next task: the run's identity and this stage's small facts."""
+    """XCom for the next task: the run's identity and this stage's small facts, redacted
+    (XCom is shown in the UI and kept in Airflow's database)."""
     prefix, keys = STAGE_FACTS[stage]
     facts = run.facts(stage)
-    return {
+    state = {
         "run_key": run.key,
         "run_dir": str(run.dir),
         "mlflow_run_id": run.mlflow_run_id,
         **{prefix + key: facts.get(key) for key in keys},
     }
+    return redact_document(state)
