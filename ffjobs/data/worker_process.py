@@ -55,7 +55,7 @@ class WorkerProcess:
         self._forked: BaseProcess | None = None
         self._fresh: subprocess.Popen | None = None
         try:
-            if _fork_is_safe():
+            if _fork_is_safe():  # milliseconds, and no thread's lock can be copied held
                 self._forked = multiprocessing.get_context("fork").Process(
                     target=_run_forked,
                     args=(theirs, self._stderr.fileno(), target, args),
@@ -64,6 +64,7 @@ class WorkerProcess:
                 )
                 self._forked.start()
             else:
+                # a module entry point, not spawn: spawn re-runs our __main__ (in a task: airflow)
                 self._fresh = subprocess.Popen(
                     [sys.executable, "-m", __name__, str(theirs.fileno())],
                     pass_fds=(theirs.fileno(),),
