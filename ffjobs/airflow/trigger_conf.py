@@ -47,11 +47,11 @@ PATH_KEYS = frozenset(
     {
         "runs_dir",
         "data.source",
-        "data.cache_dir",
         "data.manifest",
+        "data.validation.cache_dir",
         "model.identity_weights",
         "train.checkpoint_dir",
-        "train.pause_until_file",
+        "train.faults.pause_until_file",
         "slurm.folder",
         "evaluate.identity_weights",
         "evaluate.pose_weights",
@@ -60,6 +60,23 @@ PATH_KEYS = frozenset(
 )
 """Config keys holding a file or folder: set from a conf, they stay inside the working folder
 (relative, no ``..``) or name an ``s3://`` location."""
+
+DEPLOYMENT_KEYS = frozenset(
+    {
+        "slurm.setup",
+        "slurm.env",
+        "slurm.python",
+        "slurm.srun_args",
+        "slurm.container_image",
+        "tracking.tracking_uri",
+        "tracking.artifact_location",
+        "s3.endpoint_url",
+    }
+)
+"""Config keys (and the keys under them) a conf may not set: they name shell lines, programs or
+a container run on the cluster, or where the run's data and credentials are sent. Whoever may
+trigger a DAG run may not thereby run commands as the deployment: these belong in the
+deployment's own config (``configs/``)."""
 
 MAX_OVERRIDES = 64
 MAX_OVERRIDE_CHARS = 2000
@@ -165,6 +182,12 @@ def _check_path(value: Any) -> None:
 def _check_set(config_path: Path, text: str) -> None:
     """One ``key=value``: parsed and typed as ``--set`` is, paths kept inside the working folder."""
     key, value = parse_override(text)
+    owner = next((k for k in DEPLOYMENT_KEYS if key == k or key.startswith(k + ".")), None)
+    if owner is not None:
+        raise ConfigError(
+            f"{short(key)}: set in the deployment's config (configs/), not from a DAG run's "
+            f"conf ({owner} runs commands on the cluster or decides where the run's data goes)"
+        )
     if key in PATH_KEYS:
         _check_path(value)
     load_config(config_path, [text])

@@ -51,6 +51,7 @@ def refusal(conf, workdir: Path) -> ConfigError:
         ({"overrides": ["train.checkpoint_dir=/tmp/x"]}, "overrides[0]", "relative path"),
         ({"overrides": ["data.source=file:///etc"]}, "overrides[0]", "relative path"),
         ({"data_source": "/etc"}, "data_source", "relative path"),
+        ({"overrides": ["data.validation.cache_dir=/tmp/x"]}, "overrides[0]", "relative path"),
         ({"slurm_nodes": 10000}, "slurm_nodes", "must be <= 1024"),
         ({"train_steps": "5"}, "train_steps", "expected an integer"),
         ({"train_steps": True}, "train_steps", "expected an integer"),
@@ -61,6 +62,11 @@ def refusal(conf, workdir: Path) -> ConfigError:
         ({"overrides": ["x=1"] * 65}, "overrides", "at most 64"),
         ({"resume": "../run"}, "resume", "must be a run key"),
         ({"unknown_key": 1}, "unknown_key", "unknown field"),
+        # whoever may trigger may not run commands as the deployment, nor send its data away
+        ({"overrides": ["slurm.setup=['curl x | sh']"]}, "overrides[0]", "deployment's config"),
+        ({"overrides": ["slurm.env.LD_PRELOAD=/x.so"]}, "overrides[0]", "deployment's config"),
+        ({"overrides": ["slurm.python=./evil"]}, "overrides[0]", "deployment's config"),
+        ({"overrides": ["tracking.tracking_uri=http://x"]}, "overrides[0]", "deployment's"),
     ],
 )
 def test_a_bad_conf_is_refused_naming_the_field(deployment, conf, field, needle):
@@ -197,3 +203,16 @@ def test_the_plugin_registers_the_middleware():
 
     (point,) = [p for p in entry_points(group="airflow.plugins") if p.name == "ffjobs"]
     assert point.load() is FfjobsPlugin
+
+
+def test_every_guarded_key_is_a_key_of_the_config():
+    """A misspelt key in these lists would leave the real key unguarded."""
+    from ffjobs.airflow.trigger_conf import DEPLOYMENT_KEYS, PATH_KEYS
+    from ffjobs.config import load_config
+
+    config = load_config("local").to_dict()
+    for key in PATH_KEYS | DEPLOYMENT_KEYS:
+        node = config
+        for part in key.split("."):
+            assert isinstance(node, dict) and part in node, f"{key} is not a config key"
+            node = node[part]
