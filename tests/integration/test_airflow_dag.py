@@ -84,6 +84,16 @@ def dag_test(env: dict[str, str], cwd: Path, conf: dict) -> tuple[dict, str]:
     return json.loads(line.removeprefix("RESULT ")), log
 
 
+def deployment_config(tmp_path: Path) -> str:
+    """The deployment's own config in its ``configs/`` folder (where the tracking URI is set:
+    a DAG run's conf may not), as a conf names it."""
+    (tmp_path / "configs").mkdir(exist_ok=True)
+    (tmp_path / "configs" / "dagtest.yaml").write_text(
+        f"extends: local\ntracking:\n  tracking_uri: sqlite:///{tmp_path / 'mlflow.db'}\n"
+    )
+    return "dagtest"
+
+
 def mlflow_client(tmp_path: Path):
     from mlflow.tracking import MlflowClient
 
@@ -91,10 +101,7 @@ def mlflow_client(tmp_path: Path):
 
 
 def test_dag_runs_every_stage_into_one_mlflow_run(airflow_env, tmp_path):
-    conf = {
-        "train_steps": 4,
-        "overrides": [*TINY, f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"],
-    }
+    conf = {"config": deployment_config(tmp_path), "train_steps": 4, "overrides": TINY}
     result, log = dag_test(airflow_env, tmp_path, conf)
     assert result["state"] == "success", log[-4000:]
     stages = ("validate", "preflight", "train", "evaluate", "register")
@@ -155,11 +162,8 @@ def test_failed_validation_fails_the_task_and_never_trains(airflow_env, tmp_path
         "train_steps": 4,
         # relative to the DAG run's working folder, as a conf must give a path
         "data_source": str(dataset.relative_to(tmp_path)),
-        "overrides": [
-            *TINY,
-            "data.validation.max_bad_fraction=0",
-            f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
-        ],
+        "config": deployment_config(tmp_path),
+        "overrides": [*TINY, "data.validation.max_bad_fraction=0"],
     }
     result, log = dag_test(airflow_env, tmp_path, conf)
     assert result["state"] == "failed"
