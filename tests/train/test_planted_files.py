@@ -98,6 +98,8 @@ def test_a_planted_pickle_runs_code_when_unpickled(tmp_path):
 # ----------------------------------------------------------------------------- checkpoints
 
 
+# two short trainings and the tiny identity encoder's pre-training: 8 minutes on two busy cores
+@pytest.mark.timeout(1800)
 def test_a_planted_newest_checkpoint_is_refused_and_training_resumes_from_the_previous(
     tmp_path,
 ):
