@@ -19,6 +19,7 @@ from typing import Any
 from airflow.sdk import Param, dag, task
 
 from ffjobs.airflow import tasks
+from ffjobs.airflow.operators import TrainOperator
 from ffjobs.airflow.trigger_conf import (
     CONFIG_NAME_PATTERN,
     MAX_OVERRIDE_CHARS,
@@ -109,10 +110,6 @@ def ffjobs_pipeline() -> None:
     def preflight(state: dict[str, Any]) -> dict[str, Any]:
         return tasks.preflight(state)
 
-    @task(task_id="train", multiple_outputs=True, retries=1)
-    def train(state: dict[str, Any]) -> dict[str, Any]:
-        return tasks.train(state)
-
     @task(task_id="evaluate", multiple_outputs=True, trigger_rule="none_failed")
     def evaluate(state: dict[str, Any]) -> dict[str, Any]:
         return tasks.evaluate(state)
@@ -125,7 +122,9 @@ def ffjobs_pipeline() -> None:
     # evaluate reads the run from the preflight's XCom, so a skipped train (a resumed run with
     # nothing left to train) still evaluates and registers the run's model
     evaluated = evaluate(checked)
-    train(checked) >> evaluated
+    # on the worker for the local profile; on SLURM deferred, holding no worker while the job
+    # runs (a retry re-attaches to the run's job and continues its attempt budget)
+    TrainOperator(task_id="train", state=checked, multiple_outputs=True, retries=1) >> evaluated
     register(evaluated)
 
 

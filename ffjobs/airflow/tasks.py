@@ -26,7 +26,15 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from ffjobs.airflow.trigger_conf import check_trigger_conf
 from ffjobs.config import Config, load_config
 from ffjobs.errors import ExitCode, UserError
-from ffjobs.runs.run import Run, attach_run, create_run, finish_run, resume_run, resumed_config
+from ffjobs.runs.run import (
+    Run,
+    StageOutcome,
+    attach_run,
+    create_run,
+    finish_run,
+    resume_run,
+    resumed_config,
+)
 from ffjobs.runs.stages import STAGES, check_plan, run_stage
 from ffjobs.tracking.known_secrets import known_secrets
 from ffjobs.tracking.redact import redact_document, redact_text
@@ -122,6 +130,13 @@ def _run(run: Run, stage: str, *, last: bool) -> dict[str, Any]:
         if not _retries_left():
             finish_run(run, "FAILED", end_tracking=True)
         raise
+    return conclude(run, outcome, last=last)
+
+
+def conclude(run: Run, outcome: StageOutcome, *, last: bool = False) -> dict[str, Any]:
+    """The task's end for a stage's recorded ``outcome``: its XCom, or the exception that
+    tells Airflow whether a retry can help (``AirflowFailException``: no)."""
+    stage = outcome.name
     if outcome.status == "failed":
         if outcome.exit_code == ExitCode.RETRYABLE and _retries_left():
             raise AirflowException(redact_text(f"{stage} failed (retryable): {outcome.summary}"))

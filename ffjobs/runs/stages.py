@@ -80,7 +80,14 @@ def run_stage(config: Config, run: Run, name: str, **options: Any) -> StageOutco
     """
     started = time.perf_counter()
     outcome = stage_function(name)(config, run, **options)
-    outcome.seconds = round(time.perf_counter() - started, 1)
+    return record_stage(run, outcome, time.perf_counter() - started)
+
+
+def record_stage(run: Run, outcome: StageOutcome, seconds: float) -> StageOutcome:
+    """Record a stage's ``outcome`` that took ``seconds``: in the run, its line, its MLflow
+    metrics, tags and artifacts (also for a stage an Airflow operator drove across deferrals)."""
+    name = outcome.name
+    outcome.seconds = round(seconds, 1)
     run.record_outcome(outcome)
     run.echo(f"[{outcome.status:>7}] {name:<9} {outcome.seconds:6.1f}s  {outcome.summary}")
     logger = run.logger

@@ -9,8 +9,6 @@ from ffjobs.config import Config
 from ffjobs.errors import ExitCode
 from ffjobs.runs.run import Run, StageOutcome
 from ffjobs.train.attempts import (
-    attempt_records,
-    attempts_file,
     local_attempt,
     read_attempts,
     record_attempt,
@@ -34,6 +32,22 @@ def train_job(config: Config, checkpoint_dir: str, **fields: Any) -> TrainJob:
     return TrainJob.of(config, checkpoint_dir=checkpoint_dir, **fields)
 
 
+def run_train_job(config: Config, run: Run, *, data: str = "dataset") -> TrainJob:
+    """The job every rank of ``run`` trains, whoever starts it (the train stage, the Airflow
+    operator): its checkpoints, MLflow run, spool, quarantine and signing key."""
+    key_file = run_key_file(run.dir).resolve()
+    load_or_create_key(key_file)  # before any rank starts: every rank reads this one
+    return train_job(
+        config,
+        run.checkpoint_dir,
+        signing_key_file=str(key_file),
+        mlflow_run_id=run.mlflow_run_id,
+        tracking_dir=str(run.tracking_dir.resolve()),
+        quarantine=run.facts("validate").get("quarantine"),
+        data=data,
+    )
+
+
 def train_stage(
     config: Config, run: Run, *, data: str = "dataset", wait: bool = True
 ) -> StageOutcome:
@@ -47,19 +61,11 @@ def train_stage(
     from ffjobs.train.launch import launch_job
     from ffjobs.train.worker import run_rank
 
-    key_file = run_key_file(run.dir).resolve()
-    load_or_create_key(key_file)  # before any rank starts: every rank reads this one
-    job = train_job(
-        config,
-        run.checkpoint_dir,
-        signing_key_file=str(key_file),
-        mlflow_run_id=run.mlflow_run_id,
-        tracking_dir=str(run.tracking_dir.resolve()),
-        quarantine=run.facts("validate").get("quarantine"),
-        data=data,
-    )
+    job = run_train_job(config, run, data=data)
     if config.slurm.executor == "slurm":
-        return _train_on_slurm(config, run, job, wait=wait)
+        from ffjobs.train.on_slurm import train_on_slurm
+
+        return train_on_slurm(config, run, job, wait=wait)
     log_dir = run.stage_dir("train") / "logs"
     started_at, start_step = time.time(), _checkpoint_step(run)
     try:
@@ -134,79 +140,3 @@ def _record_local_attempt(
     logger = run.logger
     record_attempt(run, logger, attempt)
     logger.log_metrics({"goodput": run_goodput(run)}, step=attempt.number)
-
-
-def _train_on_slurm(config: Config, run: Run, job: TrainJob, *, wait: bool) -> StageOutcome:
-    """Submit the job to SLURM and supervise it: retry retryable failures from the newest
-    verified checkpoint with suspect nodes excluded; every attempt is recorded in
-    ``<run>/train/attempts.jsonl`` and in the run's MLflow run."""
-    from ffjobs.slurm.jobstate import poll_jobs
-    from ffjobs.slurm.supervisor import RetryPolicy, supervise
-    from ffjobs.slurm.training import SlurmAttempts
-    from ffjobs.train.checkpoint import Checkpointer
-
-    slurm = config.slurm
-    jobs = run.record.setdefault("slurm_jobs", [])
-    logger = run.logger
-
-    def submitted(number: int, job_id: str) -> None:
-        jobs.append({"attempt": number, "job_id": job_id})
-        run.save()
-        logger.set_tags({"slurm.job_ids": ",".join(j["job_id"] for j in jobs)})
-
-    def record(attempt) -> None:
-        record_attempt(run, logger, attempt)
-
-    earlier = attempt_records(run)  # the run's budget goes on from its recorded attempts
-    # a job of the run that no record accounts for (still running, or ended while nobody
-    # supervised it) is read, never duplicated
-    recorded = {entry.job_id for entry in earlier}
-    unrecorded = [j for j in jobs if j["job_id"] not in recorded]
-    attach = (unrecorded[-1]["attempt"], unrecorded[-1]["job_id"]) if unrecorded else None
-    backend = SlurmAttempts(config, run.key, job, on_submitted=submitted, attach=attach)
-    if not wait:
-        live = None
-        if attach is not None and not poll_jobs([attach[1]])[attach[1]].is_terminal:
-            live = attach[1]
-        if live is None:
-            gated = run.facts("preflight").get("exclude", [])
-            live = backend.submit(len(earlier) + 1, (*slurm.exclude, *gated))
-        summary = (
-            f"submitted as SLURM job {live}; follow it with 'ffjobs runs show {run.key}', "
-            f"supervise it (retries) with 'ffjobs run --resume {run.key} --stages train'"
-        )
-        facts = {"job_id": live, "checkpoint_dir": job.checkpoint_dir}
-        return StageOutcome("train", "submitted", 0.0, summary, facts=facts)
-    policy = RetryPolicy(
-        max_attempts=slurm.max_attempts,
-        backoff_s=slurm.retry_backoff_s,
-        backoff_max_s=slurm.retry_backoff_max_s,
-        retry_oom=slurm.retry_oom,
-    )
-    # nodes the preflight failed are left out from the first attempt on
-    exclude = [*slurm.exclude, *run.facts("preflight").get("exclude", [])]
-    outcome = supervise(
-        backend,
-        policy,
-        nodes_needed=slurm.nodes,
-        exclude=exclude,
-        earlier=earlier,
-        record=record,
-        echo=run.echo,
-    )  # fmt: skip
-    logger.log_metrics({"goodput": outcome.goodput}, step=len(jobs))
-    ref = Checkpointer(job.checkpoint_dir).latest_verified()
-    facts = {
-        "checkpoint": ref.location if ref else None,
-        "checkpoint_dir": job.checkpoint_dir,
-        "final_step": ref.step if ref else None,
-        "attempts": len(outcome.attempts),
-        "goodput": outcome.goodput,
-        "attempt_log": str(attempts_file(run)),
-        "excluded": list(outcome.exclude),
-    }
-    if outcome.succeeded:
-        summary = f"steps -> {facts['final_step']} on SLURM; {outcome.reason}"
-        return StageOutcome("train", "passed", 0.0, summary, facts=facts)
-    code = ExitCode.RETRYABLE if outcome.final and outcome.final.retryable else ExitCode.FAILED
-    return StageOutcome("train", "failed", 0.0, outcome.reason, code, facts=facts)

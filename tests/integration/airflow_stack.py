@@ -41,6 +41,9 @@ DAG_ID = "ffjobs_pipeline"
 # Starting takes 20-60 s on a quiet two-core machine (each component imports Airflow and the
 # api-server its whole app); five minutes leaves room for a loaded one.
 START_TIMEOUT_S = 300.0
+# Given, so the evaluate task does not pre-train one (300 steps: most of the run's time on two
+# busy cores, and in-process torch that starts no worker: nothing this test is about).
+EVALUATION_ENCODER = "models/evaluation-encoder.pt"
 
 
 class AirflowStack:
@@ -72,6 +75,8 @@ class AirflowStack:
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            # a DAG run here runs one task at a time; 32 idle worker processes cost memory
+            "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__AUTH_MANAGER": (
                 "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
             ),
@@ -209,6 +214,21 @@ class AirflowStack:
 
     def delete(self, path: str) -> tuple[int, Any]:
         return self.request("DELETE", path)
+
+
+def write_evaluation_encoder(workdir: Path) -> None:
+    """An untrained evaluation encoder of the preset's shape (the gate checks no identity
+    metric here), where the conf's ``evaluate.identity_weights`` points."""
+    import torch
+
+    from ffjobs.config import load_config
+    from ffjobs.evaluate.encoder import evaluation_identity_settings
+    from ffjobs.models.identity import build_identity_backbone
+
+    settings = evaluation_identity_settings(load_config("local"))
+    path = workdir / EVALUATION_ENCODER
+    path.parent.mkdir(parents=True)
+    torch.save(build_identity_backbone(settings).state_dict(), path)
 
 
 def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:

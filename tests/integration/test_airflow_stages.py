@@ -15,10 +15,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from airflow_stack import DAG_ID, START_TIMEOUT_S, AirflowStack
+from airflow_stack import (
+    DAG_ID,
+    EVALUATION_ENCODER,
+    START_TIMEOUT_S,
+    AirflowStack,
+    write_evaluation_encoder,
+)
 
 from ffjobs.data.synth import PARALLEL_FROM
 
@@ -28,9 +33,6 @@ RUNS = f"/api/v2/dags/{DAG_ID}/dagRuns"
 STAGES = ("validate", "preflight", "train", "evaluate", "register")
 PER_IDENTITY = 8
 IDENTITIES = PARALLEL_FROM // PER_IDENTITY  # the generator's worker processes draw them
-# Given, so the evaluate task does not pre-train one (300 steps: most of the run's time on two
-# busy cores, and in-process torch that starts no worker: nothing this test is about).
-EVALUATION_ENCODER = "models/evaluation-encoder.pt"
 CONF = {
     "config": "local",  # the shipped preset: local ranks, data.source generated if missing
     "train_steps": 4,
@@ -73,21 +75,6 @@ def fresh_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowS
         yield stack.start()
     finally:
         stack.stop()
-
-
-def write_evaluation_encoder(workdir: Path) -> None:
-    """An untrained evaluation encoder of the preset's shape (the gate checks no identity
-    metric here), where the conf's ``evaluate.identity_weights`` points."""
-    import torch
-
-    from ffjobs.config import load_config
-    from ffjobs.evaluate.encoder import evaluation_identity_settings
-    from ffjobs.models.identity import build_identity_backbone
-
-    settings = evaluation_identity_settings(load_config("local"))
-    path = workdir / EVALUATION_ENCODER
-    path.parent.mkdir(parents=True)
-    torch.save(build_identity_backbone(settings).state_dict(), path)
 
 
 def task_log(stack: AirflowStack, run_id: str, task_id: str, try_number: int = 1) -> str:
