@@ -118,10 +118,15 @@ def check_trigger_conf(conf: Any, workdir: Path | None = None) -> tuple[Path, li
         raise _error("resume", f"must be a run key, got {short(resume)}")
     sets = _typed_sets(conf) + _override_sets(conf.get("overrides"))
     for field_name, text in sets:
-        _as_field(field_name, _check_set, config_path, text)
-    # together, for the cross-field rules (__post_init__) no single value breaks
-    _as_field("overrides", load_config, config_path, [text for _, text in sets])
-    return config_path, [text for _, text in sets]
+        _as_field(field_name, _check_set, text)
+    texts = [text for _, text in sets]
+    try:
+        load_config(config_path, texts)  # typed as --set, with the rules that span fields
+    except ConfigError as together:
+        for field_name, text in sets:  # name the field whose value alone is wrong, if one is
+            _as_field(field_name, load_config, config_path, [text])
+        raise _error("overrides", str(together)) from None
+    return config_path, texts
 
 
 def _typed_sets(conf: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -179,8 +184,9 @@ def _check_path(value: Any) -> None:
         )
 
 
-def _check_set(config_path: Path, text: str) -> None:
-    """One ``key=value``: parsed and typed as ``--set`` is, paths kept inside the working folder."""
+def _check_set(text: str) -> None:
+    """One ``key=value``: parsed as ``--set`` parses it, not a deployment key, its path kept
+    inside the working folder (its type and range are the typed config's to check)."""
     key, value = parse_override(text)
     owner = next((k for k in DEPLOYMENT_KEYS if key == k or key.startswith(k + ".")), None)
     if owner is not None:
@@ -190,7 +196,6 @@ def _check_set(config_path: Path, text: str) -> None:
         )
     if key in PATH_KEYS:
         _check_path(value)
-    load_config(config_path, [text])
 
 
 def _as_field(field_name: str, check: Callable[..., Any], *args: Any) -> None:

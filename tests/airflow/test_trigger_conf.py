@@ -216,3 +216,15 @@ def test_every_guarded_key_is_a_key_of_the_config():
         for part in key.split("."):
             assert isinstance(node, dict) and part in node, f"{key} is not a config key"
             node = node[part]
+
+
+def test_overrides_that_only_hold_together_are_accepted(deployment):
+    """pause_at_step and pause_until_file must be set together: each alone is refused by the
+    typed config, both in one conf are fine."""
+    from ffjobs.airflow.trigger_conf import check_trigger_conf
+
+    pair = ["train.faults.pause_at_step=2", "train.faults.pause_until_file=never-there"]
+    _, sets = check_trigger_conf({"overrides": pair}, deployment)
+    assert sets == pair
+    error = refusal({"overrides": pair[:1]}, deployment)
+    assert error.key == "overrides[0]" and "set together" in str(error)
