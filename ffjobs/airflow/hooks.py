@@ -24,7 +24,6 @@ from typing import Any
 from ffjobs.slurm import rank_failures
 from ffjobs.slurm.accounting import AccountingError, run_command_async
 from ffjobs.slurm.jobstate import JobStatus, sacct_argv, sacct_status
-from ffjobs.slurm.nodes import expand_nodelist
 
 OWNER_FILE = "slurm-owner.json"
 
@@ -55,14 +54,10 @@ class SlurmHook:
     async def nodes_still_completing(self, job_id: str) -> tuple[str, ...]:
         """:func:`ffjobs.slurm.rank_failures.nodes_still_completing`, asynchronously."""
         try:
-            out = await run_command_async(["squeue", "-h", "-j", job_id, "-o", "%T|%N"])
+            out = await run_command_async(rank_failures.completing_argv(job_id))
         except AccountingError:  # squeue no longer knows the job: it has ended everywhere
             return ()
-        for line in out.splitlines():
-            state, _, nodelist = line.strip().partition("|")
-            if state.upper().startswith("COMPLETING") and nodelist:
-                return tuple(expand_nodelist(nodelist))
-        return ()
+        return rank_failures.completing_nodes(out)
 
 
 def owner_file(run_dir: str | Path) -> Path:

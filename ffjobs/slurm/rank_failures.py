@@ -137,10 +137,20 @@ def nodes_still_completing(job_id: str, runner: Runner = run_command) -> tuple[s
     """The nodes of a COMPLETING job that have not yet confirmed its end (``squeue`` lists only
     those for such a job); ``()`` once the job is gone or not completing."""
     try:
-        out = runner(["squeue", "-h", "-j", job_id, "-o", "%T|%N"])
+        out = runner(completing_argv(job_id))
     except AccountingError:  # squeue no longer knows the job: it has ended everywhere
         return ()
-    for line in out.splitlines():
+    return completing_nodes(out)
+
+
+def completing_argv(job_id: str) -> list[str]:
+    """The ``squeue`` call :func:`completing_nodes` reads."""
+    return ["squeue", "-h", "-j", job_id, "-o", "%T|%N"]
+
+
+def completing_nodes(squeue_output: str) -> tuple[str, ...]:
+    """The nodes ``squeue`` lists as still completing the job (its only nodes once it is)."""
+    for line in squeue_output.splitlines():
         state, _, nodelist = line.strip().partition("|")
         if state.upper().startswith("COMPLETING") and nodelist:
             return tuple(expand_nodelist(nodelist))
