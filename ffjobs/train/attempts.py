@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ffjobs.errors import UserError
 from ffjobs.runs.run import Run
 from ffjobs.slurm.failures import Failure, FailureKind
 from ffjobs.slurm.jobstate import JobState
@@ -27,10 +28,27 @@ def attempts_file(run: Run) -> Path:
 
 
 def read_attempts(run: Run) -> list[dict[str, Any]]:
+    """The run's attempt log, one JSON object a line (data only: a line that is not one is
+    refused by name, never run)."""
     path = attempts_file(run)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    entries = []
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = None
+        if not isinstance(entry, dict):
+            raise UserError(
+                f"{path}:{number}: not an attempt record (a JSON object a line); the run's "
+                "attempt log was altered"
+            )
+        entries.append(entry)
+    return entries
 
 
 def record_attempt(run: Run, logger: RunLogger, attempt: AttemptRecord) -> None:

@@ -315,3 +315,20 @@ def test_a_compiled_job_refuses_a_planted_cache_compiles_cold_and_signs_what_it_
         compile_cache.load(store, warm, rank=1, key=key)
     assert warm.loaded_entries > 0
     assert not [w for w in caught if "refused" in str(w.message)]
+
+
+def test_a_pickle_planted_as_the_attempt_log_is_refused_by_name(tmp_path):
+    """The run's attempt records are JSON lines: a pickle in their place is named, never run."""
+    from ffjobs.config import load_config
+    from ffjobs.errors import UserError
+    from ffjobs.runs.run import create_run
+    from ffjobs.train.attempts import attempts_file, read_attempts
+
+    config = load_config("local", [f"runs_dir={tmp_path / 'runs'}", "tracking.enabled=false"])
+    run = create_run(config, echo=lambda line: None)
+    marker = tmp_path / "marker"
+    attempts_file(run).write_bytes(planted_pickle(marker))
+    with pytest.raises(UserError, match=r"attempts\.jsonl:1: not an attempt record") as refused:
+        read_attempts(run)
+    assert "\n" not in str(refused.value)
+    assert not marker.exists()
