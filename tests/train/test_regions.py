@@ -157,9 +157,13 @@ def test_a_module_that_cannot_be_captured_is_compiled_lazily():
     x = torch.ones(4)
     with pytest.warns(UserWarning, match="breaks: ahead-of-time capture failed"):
         assert torch.equal(region(x), x * 2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # warned once; later calls go to the lazy compile
+    # warned once; later calls go to the lazy compile (other libraries' warnings while it
+    # compiles, such as a deprecated attribute Inductor touches in a module another test
+    # imported, are not this region's)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         assert torch.equal(region(-x), -x - 1)
+    assert [str(w.message) for w in caught if "breaks:" in str(w.message)] == []
     assert region.save() is None
 
 
