@@ -151,7 +151,9 @@ def test_bad_input_is_one_line_naming_what_and_where(trained, tmp_path):
 
     config = trained.config(f"runs_dir={tmp_path / 'runs'}", f"train.checkpoint_dir={tmp_path}")
     run = create_run(config, key="never-trained")
-    with pytest.raises(UserError, match="no verified checkpoint that loads safely to build a model from"):
+    with pytest.raises(
+        UserError, match="no verified checkpoint that loads safely to build a model from"
+    ):
         evaluate_stage(config, run)
 
     trained_config = [
