@@ -127,14 +127,20 @@ def test_marking_the_deferred_task_failed_cancels_its_job(slurm_airflow):
     wait_for(stack, run_id, lambda s: s.get("train") == "deferred", "train to defer", 900)
     record = run_record(stack)
     (job_id,) = [job["job_id"] for job in record["slurm_jobs"]]
+    # a kill reaches a trigger the triggerer runs: wait until it has taken up the watch
+    owner = stack.workdir / "runs" / record["key"] / "train" / "slurm-owner.json"
+    deadline = time.monotonic() + 120
+    while "watcher" not in (json.loads(owner.read_text()) if owner.exists() else {}):
+        assert time.monotonic() < deadline, "the triggerer never took up the job's watch"
+        time.sleep(0.5)
     status, body = stack.patch(f"{RUNS}/{run_id}/taskInstances/train", {"new_state": "failed"})
     assert status == 200, body
     marked = time.monotonic()
     while True:
-        (line,) = sacct("-j", job_id, "-o", "State")
-        if line.startswith("CANCELLED"):
+        lines = sacct("-j", job_id, "-o", "State")  # none while accounting lags the submission
+        if lines and lines[-1].startswith("CANCELLED"):
             break
-        assert time.monotonic() - marked < 30, f"job {job_id} still {line} 30 s after the kill"
+        assert time.monotonic() - marked < 30, f"job {job_id} still {lines} 30 s after the kill"
         time.sleep(1)
     time.sleep(5)  # nothing may follow it
     assert sacct("--name", record["key"], "-o", "JobID") == [job_id]
