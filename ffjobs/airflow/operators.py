@@ -69,9 +69,10 @@ class TrainOperator(BaseOperator):
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from ffjobs.airflow.tasks import train
 
-        if attach(self.state).config.slurm.executor != "slurm":
+        run = attach(self.state)
+        if run.config.slurm.executor != "slurm":
             return train(self.state)
-        training = self._training()
+        training = self._training(run)
         self._note_start(context, training)
         kept = context["task_state_store"].get(STORE_KEY) or {}
         pending = training.unaccounted(known=kept.get("job_id"))
@@ -86,7 +87,7 @@ class TrainOperator(BaseOperator):
     def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any]) -> dict[str, Any]:
         from ffjobs.slurm.jobstate import poll_jobs
 
-        training = self._training()
+        training = self._training(attach(self.state))
         job_id, number = str(event["job_id"]), int(event["attempt"])
         if event.get("status") is None:  # accounting never heard of it: ask every source once
             status = poll_jobs([job_id])[job_id]
@@ -110,11 +111,10 @@ class TrainOperator(BaseOperator):
                 "was cancelled"
             ) from None
 
-    def _training(self) -> Any:
+    def _training(self, run: Any) -> Any:
         from ffjobs.train.on_slurm import SlurmTraining
         from ffjobs.train.stage import run_train_job
 
-        run = attach(self.state)
         return SlurmTraining(run.config, run, run_train_job(run.config, run))
 
     def _next(
