@@ -31,9 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--data",
         choices=("dataset", "memory"),
-        default="dataset",
-        help="dataset: data.source (synthetic one generated if missing); "
-        "memory: random tensors, no image decoding",
+        default=None,
+        help="dataset (the default): data.source (synthetic one generated if missing); "
+        "memory: random tensors, no image decoding. A run keeps what it started training on",
     )
     train.add_argument(
         "--submit",
@@ -84,9 +84,11 @@ def _train_as_rank(args: argparse.Namespace) -> int:
     rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
     if rank != 0:  # only rank 0 touches the run's record, its MLflow run and the demo inputs
         location = join_location(config.train.checkpoint_dir, key)
-        key_file = run_key_file(Path(config.runs_dir, key).resolve())  # rank 0's run makes it
+        run_dir = Path(config.runs_dir, key).resolve()
+        key_file = run_key_file(run_dir)  # rank 0's run makes it
+        data = args.data or _started_inputs(run_dir) or "dataset"  # as rank 0's run_inputs
         job = TrainJob.of(
-            config, checkpoint_dir=location, signing_key_file=str(key_file), data=args.data
+            config, checkpoint_dir=location, signing_key_file=str(key_file), data=data
         )
         return STOPPED_ON_REQUEST if run_rank(job).get("stopped_early") else int(ExitCode.OK)
     check_plan(config, ("train",))
@@ -99,3 +101,15 @@ def _train_as_rank(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"run_key": run.key, "run_dir": str(run.dir), **outcome.to_dict()})
     return int(outcome.exit_code)
+
+
+def _started_inputs(run_dir: Path) -> str | None:
+    """The inputs a continued run's training started on (its record), None for a new run."""
+    import json
+
+    from ffjobs.runs.run import RUN_FILE
+
+    try:
+        return json.loads((run_dir / RUN_FILE).read_text()).get("train_data")
+    except (OSError, ValueError):
+        return None

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from ffjobs.config import Config
-from ffjobs.errors import ExitCode
+from ffjobs.errors import ExitCode, UserError
 from ffjobs.runs.run import Run, StageOutcome
 from ffjobs.train.attempts import (
     local_attempt,
@@ -32,9 +32,11 @@ def train_job(config: Config, checkpoint_dir: str, **fields: Any) -> TrainJob:
     return TrainJob.of(config, checkpoint_dir=checkpoint_dir, **fields)
 
 
-def run_train_job(config: Config, run: Run, *, data: str = "dataset") -> TrainJob:
+def run_train_job(config: Config, run: Run, *, data: str | None = None) -> TrainJob:
     """The job every rank of ``run`` trains, whoever starts it (the train stage, the Airflow
-    operator): its checkpoints, MLflow run, spool, quarantine and signing key."""
+    operator): its checkpoints, MLflow run, spool, quarantine and signing key, and the inputs
+    the run started training on (:func:`run_inputs`)."""
+    data = run_inputs(run, data)
     key_file = run_key_file(run.dir).resolve()
     load_or_create_key(key_file)  # before any rank starts: every rank reads this one
     return train_job(
@@ -48,8 +50,25 @@ def run_train_job(config: Config, run: Run, *, data: str = "dataset") -> TrainJo
     )
 
 
+def run_inputs(run: Run, data: str | None) -> str:
+    """What ``run`` trains on (``dataset`` or ``memory``, as ``ffjobs train --data``): the
+    inputs its first training started with, kept in its record, so that every later pass (a
+    resume, a retry, a re-attach, an Airflow task) continues on exactly those; ``data`` None
+    asks for them. A run's first training records ``data`` (default ``dataset``)."""
+    started = run.record.get("train_data")
+    if started is None:
+        run.record["train_data"] = started = data or "dataset"
+        run.save()
+    elif data is not None and data != started:
+        raise UserError(
+            f"run {run.key} trains on --data {started} (how its training started); it cannot "
+            f"continue on --data {data}: drop --data, or start a new run"
+        )
+    return started
+
+
 def train_stage(
-    config: Config, run: Run, *, data: str = "dataset", wait: bool = True
+    config: Config, run: Run, *, data: str | None = None, wait: bool = True
 ) -> StageOutcome:
     """Train ``slurm.tasks_per_node`` local ranks, resuming from the run's newest verified
     checkpoint; rank 0 logs into the run's MLflow run.

@@ -319,20 +319,23 @@ def test_preflight_on_three_nodes_names_the_throttled_one_and_training_runs_with
     assert train["facts"]["final_step"] == STEPS
 
 
-@pytest.mark.parametrize("ended_unsupervised", [False, True], ids=["live", "ended"])
-def test_a_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env, ended_unsupervised):
+@pytest.mark.parametrize("how", ["live", "ended", "fails"])
+def test_a_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env, how):
     """``ffjobs train --submit`` returns once the job is queued; supervising the run later
     (``ffjobs run --resume KEY --stages train``) waits for that job instead of submitting one,
     and a job that ended while nobody supervised it is read and recorded as its attempt, from
-    its own attempt folder: nothing is submitted after its success."""
-    command = ffjobs(*SUBMIT, sets=[*TRAIN, *run_dirs(tmp_path)])
+    its own attempt folder: nothing is submitted after its success. A re-attached job that
+    fails is classified from its own logs, and the retry runs without its suspect node, on the
+    inputs the run started with (``--data memory``: ``ffjobs run`` has no ``--data``)."""
+    faults = ["train.faults.kill_rank=1", "train.faults.kill_at_step=5"] if how == "fails" else []
+    command = ffjobs(*SUBMIT, sets=[*TRAIN, *run_dirs(tmp_path), *faults])
     submitted = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                                timeout=300)  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     outcome = json.loads(submitted.stdout)
     assert outcome["status"] == "submitted"
     key, job_id = outcome["run_key"], outcome["facts"]["job_id"]
-    if ended_unsupervised:
+    if how == "ended":
         from ffjobs.slurm.jobstate import JobState, poll_jobs
 
         deadline = time.monotonic() + 600  # a tiny job: seconds of training, plus queueing
@@ -346,13 +349,28 @@ def test_a_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env, ended_u
                             timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (train,) = json.loads(result.stdout)["stages"]
-    (only,) = [
+    attempts = [
         json.loads(line) for line in Path(train["facts"]["attempt_log"]).read_text().splitlines()
     ]
-    assert only["job_id"] == job_id and only["kind"] is None
-    assert only["number"] == 1 and only["final_step"] == STEPS  # read from its own folder
     record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
-    assert [job["job_id"] for job in record["slurm_jobs"]] == [job_id]
+    assert record["train_data"] == "memory"
     named = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID", "--name", key],
                            env=env, capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
-    assert named == [job_id]  # one SLURM job for the run, ever
+    jobs = [job["job_id"] for job in record["slurm_jobs"]]
+    assert named == jobs  # every SLURM job of the run, ever, is one of its attempts
+    if how != "fails":
+        (only,) = attempts
+        assert only["job_id"] == job_id and only["kind"] is None
+        assert only["number"] == 1 and only["final_step"] == STEPS  # read from its own folder
+        assert jobs == [job_id]
+        return
+    first, second = attempts
+    assert first["job_id"] == job_id and first["number"] == 1  # its own attempt folder
+    assert first["kind"] in ("communicator", "node_failure") and first["retryable"], first
+    assert first["suspect_nodes"] and first["suspect_nodes"][0] in first["nodes"], first
+    assert first["final_step"] >= CHECKPOINT_EVERY  # its progress lines were found
+    assert not set(second["nodes"]) & set(first["suspect_nodes"])
+    assert second["kind"] is None and second["final_step"] == STEPS
+    assert jobs == [job_id, second["job_id"]]
+    # trained on random tensors throughout (--data memory), as the straight run
+    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight_run(tmp_path))
