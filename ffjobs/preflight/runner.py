@@ -1,4 +1,10 @@
-"""Run the whole preflight: prepare the run directory, launch the ranks, judge, write the report."""
+"""Run the whole preflight: prepare the run directory, launch the ranks, judge, write the report.
+
+:func:`run_preflight` is the blocking driver (the CLI, ``ffjobs run``, the Airflow task of the
+local profile). On SLURM it takes the same steps as the deferring Airflow operator, which waits
+for the job in the triggerer instead: :func:`prepare`, :func:`~ffjobs.preflight.launch.
+submit_slurm`, a wait for the job's end, :func:`read_slurm_job`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,16 @@ from typing import Any
 
 from ffjobs.backend import choose_backend
 from ffjobs.errors import UserError
-from ffjobs.preflight.launch import launch_local, launch_slurm, local_gpu_count, preflight_nodes
+from ffjobs.preflight.launch import (
+    SubmissionFailed,
+    ended_job_error,
+    launch_local,
+    local_gpu_count,
+    preflight_nodes,
+    read_job_note,
+    submit_slurm,
+    wait_for_end,
+)
 from ffjobs.preflight.report import build_report, write_report
 from ffjobs.preflight.worker import JOB_FILE
 
@@ -20,8 +35,21 @@ def run_preflight(
 ) -> dict[str, Any]:
     """Run the preflight for ``cfg`` (a full :class:`ffjobs.config.Config`) of run ``run_key``
     into ``run_dir`` (a new folder); return the report. Locally, ``slurm.tasks_per_node``
-    ranks; else one SLURM job of the training job's shape."""
-    started = time.perf_counter()
+    ranks; else one SLURM job of the training job's shape, waited for here."""
+    job = prepare(cfg, run_dir, local=local, sysfs_root=sysfs_root)
+    if local:
+        launched = time.time()
+        error = launch_local(run_dir, job["world_size"], cfg.preflight.timeout_s * 2 + 30)
+        return finish(cfg, run_dir, error, mode="local", launched=launched)
+    try:
+        job_id = submit_slurm(cfg, run_dir, run_key)
+    except SubmissionFailed as exc:
+        return finish(cfg, run_dir, str(exc), mode=cfg.slurm.executor)
+    return read_slurm_job(cfg, run_dir, run_key, wait_for_end(job_id))
+
+
+def prepare(cfg, run_dir: Path, *, local: bool, sysfs_root: str | None = None) -> dict[str, Any]:
+    """Create ``run_dir`` (a new folder) with the job file every rank reads; return the job."""
     pre = cfg.preflight
     try:
         run_dir.mkdir(parents=True, exist_ok=False)
@@ -46,21 +74,34 @@ def run_preflight(
         "world_size": world,
         "sysfs_root": sysfs_root,
         "env": dict(cfg.slurm.env),
+        "prepared_at": time.time(),
     }
     (run_dir / JOB_FILE).write_text(json.dumps(job, indent=1), encoding="utf-8")
-    timeout = pre.timeout_s * 2 + 30
-    launched = time.time()
-    if local:
-        error = launch_local(run_dir, world, timeout)
-    else:
-        error, world = launch_slurm(
-            cfg, run_dir, run_key, attempt=len(list(run_dir.parent.iterdir()))
-        )
-    report = build_report(run_dir, pre, world, backend, launch_error=error)
-    report["mode"] = "local" if local else cfg.slurm.executor
-    report["elapsed_s"] = round(time.perf_counter() - started, 2)
+    return job
+
+
+def read_slurm_job(cfg, run_dir: Path, run_key: str, status) -> dict[str, Any]:
+    """The report of the preflight in ``run_dir`` whose SLURM job ended with ``status`` (a
+    :class:`~ffjobs.slurm.jobstate.JobStatus`): its ranks' files, and what the job itself says
+    where they cannot (it failed before they wrote any)."""
+    error = ended_job_error(cfg, run_dir, run_key, status)
+    launched = read_job_note(run_dir).get("launched_at")
+    return finish(cfg, run_dir, error, mode=cfg.slurm.executor, launched=launched)
+
+
+def finish(
+    cfg, run_dir: Path, error: str | None, *, mode: str, launched: float | None = None
+) -> dict[str, Any]:
+    """Judge the preflight in ``run_dir`` from its ranks' files (and the launch ``error``), and
+    write its report there; return the report."""
+    job = json.loads((run_dir / JOB_FILE).read_text(encoding="utf-8"))
+    report = build_report(
+        run_dir, cfg.preflight, job["world_size"], job["backend"], launch_error=error
+    )
+    report["mode"] = mode
+    report["elapsed_s"] = round(time.time() - float(job["prepared_at"]), 2)
     rank0_start = report.pop("_rank0_start", None)
-    if rank0_start:
+    if rank0_start and launched:
         report["rank0_phases_s"] = {
             "launch->start": round(rank0_start - launched, 3),
             **report["rank0_phases_s"],

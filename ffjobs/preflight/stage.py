@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 from ffjobs.config import Config
 from ffjobs.errors import ExitCode
@@ -13,21 +14,33 @@ def preflight_stage(config: Config, run: Run, *, sysfs_root: str | None = None) 
     """Run the preflight into ``<run>/preflight/<stamp>/``; fails on a FAIL verdict.
 
     Local ranks when ``slurm.executor`` is ``local``, else a SLURM job of the training job's
-    shape. Facts: ``verdict``, ``report`` (JSON path), ``suspect_nodes``.
+    shape, waited for here (the Airflow operator defers instead: :func:`preflight_dir` and
+    :func:`preflight_outcome` are its first and last steps too). Facts: ``verdict``, ``report``
+    (JSON path), ``suspect_nodes``, ``exclude``.
     """
     from ffjobs.preflight.runner import run_preflight
 
     if not config.preflight.enabled:
         return StageOutcome("preflight", "skipped", 0.0, "preflight.enabled is false")
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
-    out_dir = run.stage_dir("preflight") / stamp
     report = run_preflight(
         config,
-        out_dir,
+        preflight_dir(run),
         local=config.slurm.executor == "local",
         run_key=run.key,
         sysfs_root=sysfs_root,
     )
+    return preflight_outcome(config, report)
+
+
+def preflight_dir(run: Run) -> Path:
+    """A new folder for one preflight of ``run``: ``<run>/preflight/<stamp>/`` (not created)."""
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
+    return run.stage_dir("preflight") / stamp
+
+
+def preflight_outcome(config: Config, report: dict) -> StageOutcome:
+    """The stage's outcome for a preflight ``report``: failed on a FAIL verdict, unless the
+    nodes it blames are ones the training job can do without (:func:`gated_nodes`)."""
     verdict = report["verdict"]
     best = max((row.get("busbw_gbps", 0.0) for row in report.get("sweep", [])), default=0.0)
     summary = (
