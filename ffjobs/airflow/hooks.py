@@ -7,10 +7,11 @@ call per poll; accounting that does not know the job yet (it lags right after ``
 an answer of its own (``None``), never an error. ``squeue`` is not asked about the job's state:
 it forgets a job minutes after its end.
 
-The run's *owner file* (``<run>/train/slurm-owner.json``) says which job the run's training
-task watches now and which try and trigger watch it: a trigger cancels a job on kill only when
-the file still names that job, its try and itself (see :class:`~ffjobs.airflow.triggers.
-SlurmJobTrigger`). Standard library and ffjobs only: the triggerer imports this module.
+The run's *owner file* of a stage (``<run>/<stage>/slurm-owner.json``: ``train``,
+``preflight``) says which job the run's task of that stage watches now and which try and
+trigger watch it: a trigger cancels a job on kill only when the file still names that job, its
+try and itself (see :class:`~ffjobs.airflow.triggers.SlurmJobTrigger`). Standard library and
+ffjobs only: the triggerer imports this module.
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ class SlurmHook:
         return rank_failures.completing_nodes(out)
 
 
-def owner_file(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "train" / OWNER_FILE
+def owner_file(run_dir: str | Path, stage: str = "train") -> Path:
+    """The owner file of the run's SLURM job of ``stage`` (each stage's task watches its own)."""
+    return Path(run_dir) / stage / OWNER_FILE
 
 
 def read_owner(path: str | Path) -> dict[str, Any]:

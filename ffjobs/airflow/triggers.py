@@ -1,10 +1,12 @@
-"""The trigger that watches one SLURM job of a run for the deferred training task.
+"""The trigger that watches one SLURM job of a run for a deferred task (training, preflight).
 
 :class:`SlurmJobTrigger` polls the job (one ``sacct`` call per poll, :class:`~ffjobs.airflow.
-hooks.SlurmHook`), cancels a job whose rank reported a failure but that SLURM cannot end yet
-(the same :class:`~ffjobs.slurm.rank_failures.EndWatch` as the blocking supervisor), and yields
-one event when the job has ended. It never submits anything: the triggerer runs ``run()`` again
-from the start after every restart, and the operator alone submits.
+hooks.SlurmHook`), cancels a training job whose rank reported a failure but that SLURM cannot
+end yet (the same :class:`~ffjobs.slurm.rank_failures.EndWatch` as the blocking supervisor; a
+watch without the job's ``folder`` leaves that out: the preflight's ranks report no such
+failures, their job ends by its own time limit), and yields one event when the job has ended.
+It never submits anything: the triggerer runs ``run()`` again from the start after every
+restart, and the operator alone submits.
 
 On kill (a person marked the deferred task failed or success, or cleared it) it cancels the job,
 but only a job that still belongs to it: the run's owner file must name the job, the try that
@@ -51,10 +53,11 @@ def status_from_payload(payload: dict[str, Any]) -> JobStatus:
 
 
 class SlurmJobTrigger(BaseTrigger):
-    """Watch SLURM job ``job_id`` (attempt ``attempt`` of the run in ``run_dir``) to its end.
+    """Watch SLURM job ``job_id`` (attempt ``attempt`` of its stage in the run) to its end.
 
-    ``folder``: the job's submitit folder, where ranks leave failure reports. ``token``: the
-    try that deferred here, as the run's owner file (``owner_file``) records it. The event:
+    ``folder``: the job's submitit folder, where ranks leave failure reports (None: no rank
+    failure watch, so no early cancel). ``token``: the try that deferred here, as the stage's
+    owner file (``owner_file``) records it. The event:
     ``{"job_id", "attempt", "submitted_at", "token", "status", "unconfirmed"}`` where
     ``status`` is the ended job's status (None when accounting never heard of the job) and
     ``unconfirmed`` the nodes that never confirmed the end of a job this trigger cancelled.
@@ -66,7 +69,7 @@ class SlurmJobTrigger(BaseTrigger):
         job_id: str,
         attempt: int,
         submitted_at: float,
-        folder: str,
+        folder: str | None,
         owner_file: str,
         token: str,
         poll_s: float = 10.0,
@@ -116,7 +119,7 @@ class SlurmJobTrigger(BaseTrigger):
         if status is None:
             return "unknown"
         if not watch.cancelled:
-            if not status.is_terminal:
+            if not status.is_terminal and self.folder is not None:
                 reports += await self.hook.failure_reports(self.folder, self.job_id)
             step = watch.before_cancel(status, reports, time.time())
             if step == "cancel":

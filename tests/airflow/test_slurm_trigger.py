@@ -1,5 +1,6 @@
 """The SLURM job trigger against a scripted hook: one event when the job ends, the early cancel
-of a job whose rank reported a failure, and a cancel on kill only of a job that is still its own.
+of a job whose rank reported a failure (none for a watch without the job's folder, the
+preflight's), and a cancel on kill only of a job that is still its own.
 The hook's real calls (sacct, scancel, squeue through asyncio subprocesses) are tested against
 the mini-cluster in tests/integration/test_airflow_slurm.py."""
 
@@ -103,6 +104,29 @@ def test_a_job_whose_rank_reported_a_failure_is_cancelled_and_ends(tmp_path):
     assert ended.state is JobState.CANCELLED and ended.exit_code is None
     # node1 confirmed the end; node2 never did: it is the lost one
     assert payload["unconfirmed"] == ["node2"]
+
+
+def test_a_watch_without_the_jobs_folder_never_cancels_early(tmp_path):
+    """The preflight's watch: its ranks leave no failure reports, so none are asked for and a
+    running job is left to end by itself."""
+
+    class NoReports(ScriptedHook):
+        async def failure_reports(self, folder, job_id):
+            raise AssertionError("a watch without a folder asked for failure reports")
+
+    report = {"time": time.time() - 5, "task": 1, "node": "node2", "restart": 0}
+    running = status(JobState.RUNNING, "RUNNING")
+    hook = NoReports(running, running, status(JobState.FAILED, "FAILED", exit_code=1),
+                     reports=[report])  # fmt: skip
+    made = SlurmJobTrigger(
+        job_id="42", attempt=1, submitted_at=100.0, folder=None,
+        owner_file=str(tmp_path / "slurm-owner.json"), token="1:abc", poll_s=0.01,
+    )  # fmt: skip
+    made.hook = hook
+    assert made.serialize()[1]["folder"] is None  # what the triggerer rebuilds it from
+    payload = first_event(made)
+    assert hook.cancelled == []
+    assert status_from_payload(payload["status"]).state is JobState.FAILED
 
 
 @pytest.mark.parametrize(
