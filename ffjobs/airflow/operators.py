@@ -1,9 +1,15 @@
-"""The training task: on the worker for the local profile, and on SLURM without holding a worker.
+"""The training and preflight tasks: on the worker for the local profile, and on SLURM without
+holding a worker.
 
-With ``slurm.executor: local`` (the embedded default) :class:`TrainOperator` trains on the
-worker, as the other stages run. With ``slurm.executor: slurm`` it is the deferring driver of a run's training on SLURM (the CLI's
-``ffjobs train --submit --wait`` is the blocking one; both take their steps from
-:class:`~ffjobs.train.on_slurm.SlurmTraining` and their decisions from
+With ``slurm.executor: local`` (the embedded default) :class:`TrainOperator` and
+:class:`PreflightOperator` run their stage on the worker, as the other stages run. With
+``slurm.executor: slurm`` each is the deferring driver of its stage's SLURM job; both watch it
+through :class:`~ffjobs.airflow.triggers.SlurmJobTrigger` and share how (:class:`SlurmStageOperator`:
+the job kept in the task state store and in the stage's owner file, the deferral, the cancel of a
+watch that ended without an answer).
+
+:class:`TrainOperator` (the CLI's ``ffjobs train --submit --wait`` is the blocking driver; both
+take their steps from :class:`~ffjobs.train.on_slurm.SlurmTraining` and their decisions from
 :func:`~ffjobs.slurm.supervisor.decide`):
 
 * ``execute`` re-attaches or submits, then defers to :class:`~ffjobs.airflow.triggers.
@@ -19,6 +25,18 @@ worker, as the other stages run. With ``slurm.executor: slurm`` it is the deferr
   an Airflow retry of this task continues it and never starts a new one.
 * A defer timeout or a crashed trigger cancels the job (the trigger's ``on_kill`` covers a
   person's kill, mark failed or success, or clear).
+
+:class:`PreflightOperator` (the CLI's ``ffjobs preflight`` is the blocking driver; both take
+their steps from :mod:`ffjobs.preflight.launch` and :mod:`ffjobs.preflight.runner`):
+
+* ``execute`` re-attaches to the run's preflight job whose result was never read (kept in the
+  task state store, noted in its preflight folder right after ``sbatch``, or found in SLURM
+  accounting by the run's preflight job name), or prepares a new preflight folder and submits
+  its job; then defers. A job found cancelled (a kill, a clear or a watch timeout ended it
+  unread) says nothing of the fabric: its report says so, and a new preflight replaces it.
+* ``execute_complete`` reads the ended job into the preflight's report and records the stage
+  as the plain task did: a FAIL verdict (one training cannot avoid by excluding nodes) fails
+  the task for good. There is no retry of a preflight job, as on the CLI.
 """
 
 from __future__ import annotations
@@ -27,7 +45,8 @@ import secrets
 import time
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 from airflow.sdk import NEVER_EXPIRE, BaseOperator
 from airflow.sdk.exceptions import (
@@ -38,20 +57,21 @@ from airflow.sdk.exceptions import (
 
 from ffjobs.airflow.hooks import owner_file, read_owner, write_owner
 from ffjobs.airflow.links import AttemptLogsLink, MlflowRunLink
-from ffjobs.airflow.tasks import attach, conclude
+from ffjobs.airflow.tasks import attach, conclude, stage_errors
 from ffjobs.airflow.triggers import SlurmJobTrigger, status_from_payload
 
 STORE_KEY = "slurm_job"
 """The task state store's key for the job this task watches (kept across tries)."""
 
 
-class TrainOperator(BaseOperator):
-    """Train the run handed down in ``state`` (the previous task's XCom): on SLURM, deferred.
+class SlurmStageOperator(BaseOperator):
+    """What the deferring drivers of a stage's SLURM job share (``stage``: the stage's name).
 
     ``poll_s``: seconds between the trigger's polls of the job. ``watch_timeout``: the longest
     one job may be watched (None: no limit); past it the job is cancelled and the task fails.
     """
 
+    stage = ""
     template_fields = ("state",)
     operator_extra_links = (MlflowRunLink(), AttemptLogsLink())
 
@@ -66,6 +86,91 @@ class TrainOperator(BaseOperator):
         super().__init__(**kwargs)
         self.state, self.poll_s, self.watch_timeout = state, poll_s, watch_timeout
 
+    def resume_execution(
+        self, next_method: str, next_kwargs: dict[str, Any] | None, context: Mapping[str, Any]
+    ) -> Any:
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except (TaskDeferralTimeout, TaskDeferralError) as exc:
+            self._cancel_watched(context, f"the watch ended without an answer ({exc})")
+            raise AirflowFailException(
+                f"{self.stage}: the watch of the SLURM job ended without its result ({exc}); "
+                "the job was cancelled"
+            ) from None
+
+    def _defer_to(
+        self,
+        context: Mapping[str, Any],
+        run: Any,
+        *,
+        job_id: str,
+        attempt: int,
+        submitted_at: float,
+        logs: Path,
+        rank_failures: bool,
+    ) -> NoReturn:
+        """Keep the job as this try's, then defer to its trigger (raises ``TaskDeferred``).
+
+        ``logs``: the job's log folder (linked from the task); ``rank_failures``: whether its
+        ranks leave failure reports there for the trigger's early cancel."""
+        ti = context["ti"]
+        token = f"{ti.try_number}:{secrets.token_hex(8)}"
+        kept = {"job_id": job_id, "attempt": attempt, "submitted_at": submitted_at, "token": token}
+        context["task_state_store"].set(STORE_KEY, kept, retention=NEVER_EXPIRE)
+        owner = owner_file(run.dir, self.stage)
+        write_owner(owner, {"job_id": job_id, "token": token})
+        ti.xcom_push(key="slurm_job_id", value=job_id)
+        folder = logs.resolve()
+        AttemptLogsLink().keep(context, folder.as_uri())
+        trigger = SlurmJobTrigger(
+            job_id=job_id,
+            attempt=attempt,
+            submitted_at=submitted_at,
+            folder=str(folder) if rank_failures else None,
+            owner_file=str(owner.resolve()),
+            token=token,
+            poll_s=self.poll_s,
+        )
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=self.watch_timeout)
+
+    def _note_start(self, context: Mapping[str, Any], run: Any) -> None:
+        store = context["task_state_store"]
+        if store.get("started_at") is None:
+            store.set("started_at", time.time(), retention=NEVER_EXPIRE)
+        from ffjobs.tracking.mlflow_logger import run_link
+
+        MlflowRunLink().keep(context, run_link(run.config.tracking, run.mlflow_run_id))
+
+    def _record(self, context: Mapping[str, Any], run: Any, outcome: Any) -> Any:
+        """Record the stage's ``outcome``, timed from this stage's first start in the task."""
+        from ffjobs.runs.stages import record_stage
+
+        started = context["task_state_store"].get("started_at") or time.time()
+        record_stage(run, outcome, time.time() - float(started))
+        context["task_state_store"].delete("started_at")
+        return outcome
+
+    def _cancel_watched(self, context: Mapping[str, Any], why: str) -> None:
+        from ffjobs.slurm import rank_failures
+
+        kept = context["task_state_store"].get(STORE_KEY) or {}
+        job_id = kept.get("job_id")
+        run = attach(self.state)
+        if job_id and read_owner(owner_file(run.dir, self.stage)).get("token") == kept.get("token"):
+            run.echo(f"cancelling SLURM job {job_id}: {why}")
+            rank_failures.cancel(str(job_id))
+
+    def on_kill(self) -> None:
+        """Killed on the worker (before it deferred): nothing runs here that owns a job; the
+        job a try submitted is found again by the next try (task state store, the run's own
+        records, SLURM accounting) or cancelled by its trigger's ``on_kill``."""
+
+
+class TrainOperator(SlurmStageOperator):
+    """Train the run handed down in ``state`` (the previous task's XCom): on SLURM, deferred."""
+
+    stage = "train"
+
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from ffjobs.airflow.tasks import train
 
@@ -73,7 +178,7 @@ class TrainOperator(BaseOperator):
         if run.config.slurm.executor != "slurm":
             return train(self.state)
         training = self._training(run)
-        self._note_start(context, training)
+        self._note_start(context, training.run)
         kept = context["task_state_store"].get(STORE_KEY) or {}
         pending = training.unaccounted(known=kept.get("job_id"))
         if pending is not None:
@@ -99,18 +204,6 @@ class TrainOperator(BaseOperator):
         supervision = training.supervision()
         return self._next(context, training, supervision, training.account(supervision, result))
 
-    def resume_execution(
-        self, next_method: str, next_kwargs: dict[str, Any] | None, context: Mapping[str, Any]
-    ) -> Any:
-        try:
-            return super().resume_execution(next_method, next_kwargs, context)
-        except (TaskDeferralTimeout, TaskDeferralError) as exc:
-            self._cancel_watched(context, f"the watch ended without an answer ({exc})")
-            raise AirflowFailException(
-                f"train: the watch of the SLURM job ended without its result ({exc}); the job "
-                "was cancelled"
-            ) from None
-
     def _training(self, run: Any) -> Any:
         from ffjobs.train.on_slurm import SlurmTraining
         from ffjobs.train.stage import run_train_job
@@ -120,16 +213,13 @@ class TrainOperator(BaseOperator):
     def _next(
         self, context: Mapping[str, Any], training: Any, supervision: Any, decision: Any
     ) -> dict[str, Any]:
-        from ffjobs.runs.stages import record_stage
         from ffjobs.slurm.supervisor import Retry, Stop
 
         if isinstance(decision, Retry):
             number, job_id = training.submit(supervision, decision)
             self._watch(context, training, number, job_id, time.time() + decision.delay_s)
         outcome = training.outcome(supervision.outcome(decision))
-        started = context["task_state_store"].get("started_at") or time.time()
-        record_stage(training.run, outcome, time.time() - float(started))
-        context["task_state_store"].delete("started_at")
+        self._record(context, training.run, outcome)
         if isinstance(decision, Stop) and not _worth_a_retry(supervision):
             # the run's budget is spent or the failure is final: an Airflow retry would only
             # find the same answer, so none is made
@@ -148,50 +238,98 @@ class TrainOperator(BaseOperator):
 
         from ffjobs.slurm.executor import job_folder
 
-        ti = context["ti"]
-        token = f"{ti.try_number}:{secrets.token_hex(8)}"
-        kept = {"job_id": job_id, "attempt": number, "submitted_at": at, "token": token}
-        context["task_state_store"].set(STORE_KEY, kept, retention=NEVER_EXPIRE)
-        owner = owner_file(training.run.dir)
-        write_owner(owner, {"job_id": job_id, "token": token})
-        ti.xcom_push(key="slurm_job_id", value=job_id)
         base = job_folder(training.config.slurm.folder, training.run.key, number)
-        folder = JobPaths(base, job_id=job_id).folder.resolve()
-        AttemptLogsLink().keep(context, folder.as_uri())
-        trigger = SlurmJobTrigger(
-            job_id=job_id,
-            attempt=number,
-            submitted_at=at,
-            folder=str(folder),
-            owner_file=str(owner.resolve()),
-            token=token,
-            poll_s=self.poll_s,
-        )
-        self.defer(trigger=trigger, method_name="execute_complete", timeout=self.watch_timeout)
+        folder = JobPaths(base, job_id=job_id).folder
+        self._defer_to(context, training.run, job_id=job_id, attempt=number, submitted_at=at,
+                       logs=folder, rank_failures=True)  # fmt: skip
 
-    def _note_start(self, context: Mapping[str, Any], training: Any) -> None:
-        store = context["task_state_store"]
-        if store.get("started_at") is None:
-            store.set("started_at", time.time(), retention=NEVER_EXPIRE)
-        from ffjobs.tracking.mlflow_logger import run_link
 
-        run = training.run
-        MlflowRunLink().keep(context, run_link(run.config.tracking, run.mlflow_run_id))
+class PreflightOperator(SlurmStageOperator):
+    """Check the fabric for the run handed down in ``state`` (the previous task's XCom): on
+    SLURM, deferred while the preflight's job queues and runs."""
 
-    def _cancel_watched(self, context: Mapping[str, Any], why: str) -> None:
-        from ffjobs.slurm import rank_failures
+    stage = "preflight"
 
-        kept = context["task_state_store"].get(STORE_KEY) or {}
-        job_id = kept.get("job_id")
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        from ffjobs.airflow.tasks import preflight
+        from ffjobs.runs.run import StageOutcome
+
         run = attach(self.state)
-        if job_id and read_owner(owner_file(run.dir)).get("token") == kept.get("token"):
-            run.echo(f"cancelling SLURM job {job_id}: {why}")
-            rank_failures.cancel(str(job_id))
+        if run.config.slurm.executor != "slurm" or not run.config.preflight.enabled:
+            return preflight(self.state)
+        self._note_start(context, run)
+        kept = context["task_state_store"].get(STORE_KEY) or {}
+        with stage_errors(run, self.stage):
+            found = self._reattach(run, kept.get("job_id")) or self._submit(run)
+        if isinstance(found, StageOutcome):  # sbatch said no: the report says why
+            return conclude(run, self._record(context, run, found))
+        job_id, folder = found
+        self._watch(context, run, job_id, folder)
 
-    def on_kill(self) -> None:
-        """Killed on the worker (before it deferred): nothing runs here that owns a job; the
-        job a try submitted is found again by the next try (task state store, run record,
-        SLURM accounting) or cancelled by its trigger's ``on_kill``."""
+    def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any]) -> dict[str, Any]:
+        from ffjobs.preflight.launch import noted_folder
+        from ffjobs.preflight.runner import read_slurm_job
+        from ffjobs.preflight.stage import preflight_outcome
+        from ffjobs.slurm.jobstate import poll_jobs
+
+        run = attach(self.state)
+        with stage_errors(run, self.stage):
+            job_id = str(event["job_id"])
+            if event.get("status") is None:  # accounting never heard of it: ask every source once
+                status = poll_jobs([job_id])[job_id]
+            else:
+                status = status_from_payload(event["status"])
+            folder = noted_folder(run.stage_dir(self.stage), job_id)
+            if folder is None:
+                raise RuntimeError(f"no preflight folder of run {run.key} notes SLURM job {job_id}")
+            report = read_slurm_job(run.config, folder, run.key, status)
+            outcome = preflight_outcome(run.config, report)
+        return conclude(run, self._record(context, run, outcome))
+
+    def _reattach(self, run: Any, known: str | None) -> tuple[str, Path] | None:
+        """The run's preflight job whose result was never read, to watch again; None if none
+        (or it was cancelled unread, which a new preflight replaces)."""
+        from ffjobs.preflight.launch import unaccounted_job
+        from ffjobs.preflight.runner import read_slurm_job
+        from ffjobs.slurm.jobstate import JobState, poll_jobs
+
+        pending = unaccounted_job(run.config, run.key, run.stage_dir(self.stage), known)
+        if pending is None:
+            return None
+        job_id, folder = pending
+        status = poll_jobs([job_id])[job_id]
+        if status.state is JobState.CANCELLED:
+            read_slurm_job(run.config, folder, run.key, status)  # its folder says what became of it
+            run.echo(f"SLURM job {job_id} was cancelled before its result was read; "
+                     "a new preflight replaces it")  # fmt: skip
+            return None
+        run.echo(f"re-attaching to SLURM job {job_id} (preflight in {folder})")
+        return job_id, folder
+
+    def _submit(self, run: Any) -> tuple[str, Path] | Any:
+        """A new preflight of the run submitted: (job id, its folder); or, when sbatch said no,
+        the stage's outcome (its report names sbatch's reason)."""
+        from ffjobs.preflight.launch import SubmissionFailed, submit_slurm
+        from ffjobs.preflight.runner import finish, prepare
+        from ffjobs.preflight.stage import preflight_dir, preflight_outcome
+
+        folder = preflight_dir(run)
+        prepare(run.config, folder, local=False)
+        try:
+            return submit_slurm(run.config, folder, run.key), folder
+        except SubmissionFailed as exc:
+            report = finish(run.config, folder, str(exc), mode=run.config.slurm.executor)
+            return preflight_outcome(run.config, report)
+
+    def _watch(self, context: Mapping[str, Any], run: Any, job_id: str, folder: Path) -> NoReturn:
+        from ffjobs.preflight.launch import job_logs, read_job_note
+
+        note = read_job_note(folder)
+        attempt = int(note["attempt"])
+        self._defer_to(context, run, job_id=job_id, attempt=attempt,
+                       submitted_at=float(note.get("launched_at") or time.time()),
+                       logs=job_logs(run.config, run.key, attempt, job_id),
+                       rank_failures=False)  # fmt: skip
 
 
 def _worth_a_retry(supervision: Any) -> bool:

@@ -17,7 +17,8 @@ nothing to do (a resumed run already trained, a version already registered) is s
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from airflow.sdk import get_current_context
@@ -121,8 +122,18 @@ def _mask_in_task_log() -> None:
 
 
 def _run(run: Run, stage: str, *, last: bool) -> dict[str, Any]:
-    try:
+    with stage_errors(run, stage):
         outcome = run_stage(run.config, run, stage)
+    return conclude(run, outcome, last=last)
+
+
+@contextmanager
+def stage_errors(run: Run, stage: str) -> Iterator[None]:
+    """What a task does with an error its stage raises: a mistake of the input or config
+    (``UserError``) fails the task for good; anything else is raised as is, so Airflow's retries
+    apply, and ends the run as FAILED only when no retry is left. Never wrap a deferral in it."""
+    try:
+        yield
     except UserError as exc:
         finish_run(run, "FAILED", end_tracking=True)
         raise AirflowFailException(redact_text(f"{stage}: {exc}")) from None
@@ -130,7 +141,6 @@ def _run(run: Run, stage: str, *, last: bool) -> dict[str, Any]:
         if not _retries_left():
             finish_run(run, "FAILED", end_tracking=True)
         raise
-    return conclude(run, outcome, last=last)
 
 
 def conclude(run: Run, outcome: StageOutcome, *, last: bool = False) -> dict[str, Any]:
