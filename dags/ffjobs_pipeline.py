@@ -19,7 +19,7 @@ from typing import Any
 from airflow.sdk import Param, dag, task
 
 from ffjobs.airflow import tasks
-from ffjobs.airflow.operators import TrainOperator
+from ffjobs.airflow.operators import PreflightOperator, TrainOperator
 from ffjobs.airflow.trigger_conf import (
     CONFIG_NAME_PATTERN,
     MAX_OVERRIDE_CHARS,
@@ -106,10 +106,6 @@ def ffjobs_pipeline() -> None:
     def validate(params: dict[str, Any] | None = None) -> dict[str, Any]:
         return tasks.validate(params or {})
 
-    @task(task_id="preflight", multiple_outputs=True)
-    def preflight(state: dict[str, Any]) -> dict[str, Any]:
-        return tasks.preflight(state)
-
     @task(task_id="evaluate", multiple_outputs=True, trigger_rule="none_failed")
     def evaluate(state: dict[str, Any]) -> dict[str, Any]:
         return tasks.evaluate(state)
@@ -118,7 +114,9 @@ def ffjobs_pipeline() -> None:
     def register(state: dict[str, Any]) -> dict[str, Any]:
         return tasks.register(state)
 
-    checked = preflight(validate())
+    # on the worker for the local profile; on SLURM deferred while its short job runs
+    preflight = PreflightOperator(task_id="preflight", state=validate(), multiple_outputs=True)
+    checked = preflight.output
     # evaluate reads the run from the preflight's XCom, so a skipped train (a resumed run with
     # nothing left to train) still evaluates and registers the run's model
     evaluated = evaluate(checked)
