@@ -1,7 +1,8 @@
-"""The DAG's training on the SLURM mini-cluster through a real Airflow (all four components,
-LocalExecutor), driven only through REST API v2: the train task defers (no worker slot while
-the job runs), one MLflow run holds the job ids, and marking the deferred task failed cancels
-the job within seconds, with nothing submitted after it.
+"""The DAG's preflight and training on the SLURM mini-cluster through a real Airflow (all four
+components, LocalExecutor), driven only through REST API v2: the preflight and train tasks
+defer (no worker slot while their jobs run), one MLflow run holds the training's job ids, and
+marking the deferred task failed cancels the job within seconds, with nothing submitted after
+it.
 """
 
 from __future__ import annotations
@@ -109,6 +110,20 @@ def test_training_defers_holding_no_worker_and_the_run_succeeds(slurm_airflow):
     jobs = [job["job_id"] for job in record["slurm_jobs"]]
     assert len(jobs) == 1
     assert sacct("--name", record["key"], "-o", "JobID") == jobs  # one training job, ever
+
+    # the preflight deferred too: its task paused as DEFERRED, a trigger in the triggerer
+    # watched the job the task kept until it fired, and that one job ran under the run's
+    # preflight name
+    status, body = stack.get(f"{RUNS}/{run_id}/taskInstances/preflight/state-store")
+    assert status == 200, body
+    (kept,) = [entry["value"] for entry in body["task_state_store"] if entry["key"] == "slurm_job"]
+    logs = stack.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / "task_id=preflight"
+    assert "Pausing task as DEFERRED" in (logs / "attempt=1.log").read_text(errors="replace")
+    fired = "".join(p.read_text(errors="replace") for p in logs.glob("attempt=1.log.trigger.*"))
+    assert "Trigger fired event" in fired and f"'job_id': '{kept['job_id']}'" in fired, fired
+    preflight_jobs = sacct("--name", f"{record['key']}-preflight", "-o", "JobID,State")
+    assert preflight_jobs == [f"{kept['job_id']}|COMPLETED"], preflight_jobs
+    assert kept["job_id"] not in jobs
 
     from mlflow.tracking import MlflowClient
 
