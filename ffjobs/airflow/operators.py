@@ -282,8 +282,12 @@ class PreflightOperator(SlurmStageOperator):
             folder = noted_folder(run.stage_dir(self.stage), job_id)
             if folder is None:
                 raise RuntimeError(f"no preflight folder of run {run.key} notes SLURM job {job_id}")
-            report = read_slurm_job(run.config, folder, run.key, status)
-            outcome = preflight_outcome(run.config, report)
+            ended = status.is_terminal or status.source == "none"
+            if ended:
+                report = read_slurm_job(run.config, folder, run.key, status)
+                outcome = preflight_outcome(run.config, report)
+        if not ended:  # accounting lost sight of a job the controller still runs: watch on
+            self._watch(context, run, job_id, folder)
         return conclude(run, self._record(context, run, outcome))
 
     def _reattach(self, run: Any, known: str | None) -> tuple[str, Path] | None:

@@ -178,6 +178,18 @@ def test_a_job_that_ended_unwatched_is_read_as_it_ended(run, cluster):
     assert xcom["preflight_verdict"] == "PASS" and len(cluster.calls("sbatch")) == 1
 
 
+def test_a_job_accounting_lost_but_the_controller_still_runs_is_watched_on(run, cluster):
+    """The trigger gave up on accounting (no record for long); the controller still queues the
+    job: it is watched again, never read as ended."""
+    store = Store()
+    kwargs = deferred(lambda: operator(run).execute(context(store)))
+    cluster.forget("100")
+    lost = {**event(kwargs), "status": None}
+    again = deferred(lambda: operator(run).execute_complete(context(store), lost))
+    assert again["job_id"] == "100" and len(cluster.calls("sbatch")) == 1
+    assert not (preflight_folder(run, "100") / "report.json").exists()
+
+
 def test_a_job_cancelled_unread_is_replaced_by_a_new_preflight(run, cluster):
     """A clear or a kill cancelled the job while nobody read it: it says nothing of the fabric."""
     store = Store()
