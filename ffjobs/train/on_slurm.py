@@ -83,7 +83,10 @@ class SlurmTraining:
         for job_id in sorted(set(candidates), key=_submission_order, reverse=True):
             if job_id in recorded:
                 return None  # the newest job is accounted for: nothing left to read
-            number = self.backend.attempt_of(job_id) or self._recorded_attempt(job_id)
+            held, number = self.backend.finish_held(job_id)
+            if held and number is None:
+                continue  # left held without its task, so cancelled: it never was an attempt
+            number = number or self.backend.attempt_of(job_id) or self._recorded_attempt(job_id)
             if number is not None:
                 if job_id not in {j["job_id"] for j in self.jobs}:
                     self._submitted(number, job_id)

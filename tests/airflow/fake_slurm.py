@@ -53,7 +53,8 @@ if command == "sbatch":
     state["next_id"] += 1
     jobs[job_id] = {"state": "PENDING", "exit": "0:0", "nodes": [],
                     "name": directives.get("job-name", ""), "comment": directives.get("comment", ""),
-                    "begin": directives.get("begin"), "exclude": directives.get("exclude")}
+                    "begin": directives.get("begin"), "exclude": directives.get("exclude"),
+                    "held": "hold" in directives, "command": args[-1]}
     out = f"Submitted batch job {job_id}\n"
 elif command == "sacct":
     fields = option("-o", option("--format", "JobID,State")).split(",")
@@ -79,8 +80,12 @@ elif command == "scontrol":
     job = jobs.get(job_id)
     if job is None:
         out, code = "slurm_load_jobs error: Invalid job id specified\n", 1
+    elif args[0] == "release":
+        job["held"] = False
     else:
-        out = f"JobId={job_id} JobState={job['state']} Restarts=0 NodeList={','.join(job['nodes'])}\n"
+        reason = "JobHeldUser" if job.get("held") else "None"
+        out = (f"JobId={job_id} JobState={job['state']} Reason={reason} Restarts=0 "
+               f"NodeList={','.join(job['nodes'])} Command={job.get('command')}\n")
 elif command == "sinfo":
     nodes = ["node1", "node2", "node3"]
     out = "".join((f"{n}|idle\n" if "%T" in " ".join(args) else f"{n}\n") for n in nodes)

@@ -134,6 +134,50 @@ def test_a_job_whose_id_was_never_recorded_is_found_by_the_runs_name(run, cluste
     assert len(cluster.calls("sbatch")) == 1
 
 
+def killed_right_after_sbatch(run, cluster, job_id: str, *, task_left: bool = True) -> None:
+    """Leave ``job_id`` as a submitter killed the moment sbatch answered leaves it: held, its
+    script and pickled task where submitit wrote them first, nothing recorded anywhere."""
+    from submitit.core.utils import JobPaths
+
+    from ffjobs.slurm.executor import job_folder
+
+    paths = JobPaths(job_folder(run.config.slurm.folder, run.key, 1), job_id)
+    script = Path(cluster.jobs()[job_id]["command"])
+    script.unlink()  # submitit's symlink to the moved script: the script goes back
+    paths.submission_file.rename(script)
+    if task_left:
+        paths.submitted_pickle.rename(script.parent / "0123abcd.pkl")
+    else:
+        paths.submitted_pickle.unlink()
+    state = cluster.state
+    state["jobs"][job_id]["held"] = True
+    cluster.state_path.write_text(json.dumps(state))
+    record = json.loads((run.dir / "run.json").read_text())
+    record["slurm_jobs"] = []
+    (run.dir / "run.json").write_text(json.dumps(record))
+
+
+def test_a_job_left_held_by_a_killed_submitter_is_finished_and_released(run, cluster):
+    """Jobs are submitted held and released once submitit has moved their task into place: a
+    job whose submitter died in between runs after all, as the same job."""
+    deferred(lambda: operator(run).execute(context(Store())))
+    assert ["scontrol", "release", "100"] in cluster.calls("scontrol")
+    killed_right_after_sbatch(run, cluster, "100")
+    again = deferred(lambda: operator(run).execute(context(Store(), try_number=2)))
+    assert (again["job_id"], again["attempt"]) == ("100", 1)
+    assert len(cluster.calls("sbatch")) == 1 and not cluster.jobs()["100"]["held"]
+    pickles = sorted(p.name for p in Path(again["folder"]).parent.rglob("*.pkl"))
+    assert pickles == ["100_submitted.pkl"]  # where the job's first line looks for its task
+
+
+def test_a_job_left_held_without_its_task_is_cancelled_and_submitted_again(run, cluster):
+    deferred(lambda: operator(run).execute(context(Store())))
+    killed_right_after_sbatch(run, cluster, "100", task_left=False)
+    again = deferred(lambda: operator(run).execute(context(Store(), try_number=2)))
+    assert cluster.jobs()["100"]["state"].startswith("CANCELLED")
+    assert again["job_id"] == "101" and len(cluster.calls("sbatch")) == 2
+
+
 def test_a_successful_job_ends_the_task_with_its_facts(run, cluster):
     store = Store()
     kwargs = deferred(lambda: operator(run).execute(context(store)))

@@ -111,16 +111,7 @@ class AirflowStack:
         )
         assert migrate.returncode == 0, migrate.stdout[-2000:] + migrate.stderr[-2000:]
         for component in self.components:
-            log = self.log_path(component).open("w")
-            self.processes[component] = subprocess.Popen(
-                [self._airflow(), component],
-                env=self.env,
-                cwd=self.workdir,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: stop() ends its children too
-            )
-            log.close()
+            self._start(component, "w")
         deadline = time.monotonic() + START_TIMEOUT_S
         if "api-server" in self.components:
             self._wait("the api-server's health", deadline, self._healthy)
@@ -129,18 +120,27 @@ class AirflowStack:
                 self._wait(f"DAG {DAG_ID} to be parsed", deadline, self._dag_parsed)
         return self
 
+    def _start(self, component: str, mode: str) -> None:
+        with self.log_path(component).open(mode) as log:
+            self.processes[component] = subprocess.Popen(
+                [self._airflow(), component],
+                env=self.env,
+                cwd=self.workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stop() ends its children too
+            )
+
     def stop(self) -> None:
         """End every component's process group: SIGTERM, then SIGKILL after 30 s."""
-        for process in self.processes.values():
-            _signal_group(process, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(process, signal.SIGKILL)
-                process.wait(timeout=10)
+        _end_groups(list(self.processes.values()))
         self.processes.clear()
+
+    def restart(self, component: str) -> None:
+        """Stop ``component`` as a deployment's restart does (SIGTERM, its shutdown, SIGKILL
+        after 30 s), then start it again; its log goes on in the same file."""
+        _end_groups([self.processes.pop(component)])
+        self._start(component, "a")
 
     def log_path(self, component: str) -> Path:
         return self.home / f"{component}.log"
@@ -229,6 +229,18 @@ def write_evaluation_encoder(workdir: Path) -> None:
     path = workdir / EVALUATION_ENCODER
     path.parent.mkdir(parents=True)
     torch.save(build_identity_backbone(settings).state_dict(), path)
+
+
+def _end_groups(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(process, signal.SIGKILL)
+            process.wait(timeout=10)
 
 
 def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:

@@ -1,0 +1,143 @@
+"""Driving the DAG on the SLURM mini-cluster through a real Airflow's REST API v2: trigger a
+DAG run of a tiny training with the ``clusters/minicluster`` profile, watch its task instances,
+read its run's record and ask SLURM accounting about its jobs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow_stack import DAG_ID, EVALUATION_ENCODER, AirflowStack
+from train.helpers import TINY_MODEL  # tests/ is on sys.path (rootdir conftest)
+
+RUNS = f"/api/v2/dags/{DAG_ID}/dagRuns"
+STEPS = 6
+TINY = [
+    *TINY_MODEL,
+    "model.identity_weights=null",  # a random frozen encoder: no pre-training in the jobs
+    "data.synth.identities=10",  # 2 held out (val_fraction 0.2) for the evaluation
+    "data.synth.per_identity=4",
+    "train.batch_size=2",
+    "train.checkpoint_every=2",
+    "train.log_every=1",
+    "train.init_timeout_s=60",
+    "train.collective_timeout_s=30",
+    "slurm.retry_backoff_s=1",
+    "slurm.time_min=5",
+    # a few steps cannot pass the quality floor nor beat the unchanged target's retrieval
+    # (reached or not by chance: 8 held-out pairs); the wiring is checked
+    "evaluate.gate.min_ssim=0",
+    "evaluate.gate.min_identity_top1=0",
+    f"evaluate.identity_weights={EVALUATION_ENCODER}",
+]
+# Each task starts an interpreter that imports Airflow and ffjobs, the job queues and starts
+# two ranks on the nodes, evaluate and register load the model: minutes on two busy cores.
+RUN_TIMEOUT_S = 1500
+ENDED = ("success", "failed", "upstream_failed", "skipped")
+
+
+def trigger(stack: AirflowStack, steps: int = STEPS, extra: tuple[str, ...] = ()) -> str:
+    conf = {"config": "clusters/minicluster", "train_steps": steps, "overrides": [*TINY, *extra]}
+    assert stack.patch(f"/api/v2/dags/{DAG_ID}", {"is_paused": False})[0] == 200
+    status, body = stack.post(RUNS, {"logical_date": None, "conf": conf})
+    assert status in (200, 201), body
+    return body["dag_run_id"]
+
+
+def task_instance(stack: AirflowStack, run_id: str, task_id: str) -> dict[str, Any]:
+    status, body = stack.get(f"{RUNS}/{run_id}/taskInstances/{task_id}")
+    assert status == 200, body
+    return body
+
+
+def task_states(stack: AirflowStack, run_id: str) -> dict[str, str | None]:
+    status, body = stack.get(f"{RUNS}/{run_id}/taskInstances")
+    assert status == 200, body
+    return {ti["task_id"]: ti["state"] for ti in body["task_instances"]}
+
+
+def dag_run_state(stack: AirflowStack, run_id: str) -> str:
+    status, body = stack.get(f"{RUNS}/{run_id}")
+    assert status == 200, body
+    return body["state"]
+
+
+def wait_for(stack: AirflowStack, run_id: str, done, what: str, timeout: float = RUN_TIMEOUT_S):
+    """Poll the DAG run's task states until ``done(states)``; fail at once if the DAG run
+    ended first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = task_states(stack, run_id)
+        if done(states):
+            return states
+        state = dag_run_state(stack, run_id)
+        if state in ("success", "failed") and not done(task_states(stack, run_id)):
+            raise AssertionError(f"DAG run {run_id} ended {state} before {what}: {states}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {states}"
+        time.sleep(2)
+
+
+def wait_for_end(stack: AirflowStack, run_id: str, timeout: float = RUN_TIMEOUT_S) -> str:
+    """The DAG run's final state, once it has one."""
+    deadline = time.monotonic() + timeout
+    while (state := dag_run_state(stack, run_id)) not in ("success", "failed"):
+        assert time.monotonic() < deadline, f"DAG run {run_id} still {state}"
+        time.sleep(2)
+    return state
+
+
+def run_dir(stack: AirflowStack, run_id: str) -> Path:
+    """The run directory of DAG run ``run_id`` (the validate task's XCom)."""
+    path = f"{RUNS}/{run_id}/taskInstances/validate/xcomEntries/run_dir"
+    status, body = stack.get(path)
+    assert status == 200, body
+    value = body["value"]
+    return stack.workdir / (json.loads(value) if value.startswith('"') else value)
+
+
+def run_record(stack: AirflowStack, run_id: str | None = None) -> dict[str, Any]:
+    """The record of DAG run ``run_id``'s run (default: the newest run in the working folder)."""
+    if run_id is not None:
+        path = run_dir(stack, run_id) / "run.json"
+    else:
+        runs = (stack.workdir / "runs").glob("*/run.json")
+        path = sorted(runs, key=lambda p: p.stat().st_mtime)[-1]
+    record = json.loads(path.read_text())
+    for folder in ("run_dir", "checkpoint_dir"):  # relative to the working folder
+        record[folder] = str(stack.workdir / record[folder])
+    return record
+
+
+def cancel_jobs(stack: AirflowStack) -> None:
+    """Cancel every SLURM job of the runs in the stack's working folder (a test that failed
+    half-way leaves its jobs to nobody)."""
+    for run in (stack.workdir / "runs").glob("*/run.json"):
+        subprocess.run(["scancel", "--name", run.parent.name], capture_output=True, check=False)
+
+
+def wait_for_watch(stack: AirflowStack, key: str, *, other_than: str | None = None) -> str:
+    """The trigger watching run ``key``'s training job, once a triggerer has taken it up (its
+    id in the run's owner file), and one other than ``other_than`` if given."""
+    owner = stack.workdir / "runs" / key / "train" / "slurm-owner.json"
+    deadline = time.monotonic() + 180
+    while True:
+        watcher = (json.loads(owner.read_text()) if owner.exists() else {}).get("watcher")
+        if watcher is not None and watcher != other_than:
+            return watcher
+        assert time.monotonic() < deadline, f"no triggerer took up run {key}'s job"
+        time.sleep(0.5)
+
+
+def sacct(*args: str) -> list[str]:
+    out = subprocess.run(["sacct", "-X", "-n", "-P", *args], capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def attempts(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's attempt records (one line per SLURM job it accounted for)."""
+    log = Path(record["run_dir"]) / "train" / "attempts.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
