@@ -62,6 +62,24 @@ class Network:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
 
+    def apply_config(self, lr: float, tc: TrainConfig) -> None:
+        """Set the configured base learning rate ``lr`` and Adam settings over those that
+        :meth:`load_optimizer_state` restored, so that a run resumed with another ``train.lr``
+        (or betas, weight decay, epsilon) trains with it from the step it resumed at.
+
+        The schedule's multiplier is the config's (its function is never checkpointed) at the
+        restored step, computed as the scheduler does: with an unchanged config every value is
+        the restored one, bit for bit.
+        """
+        groups = self.optimizer.param_groups
+        step = self.scheduler.last_epoch
+        self.scheduler.base_lrs = [lr for _ in groups]
+        for group, factor in zip(groups, self.scheduler.lr_lambdas, strict=True):
+            group["initial_lr"] = lr
+            group["lr"] = lr * factor(step)
+            group.update(betas=tuple(tc.betas), weight_decay=tc.weight_decay, eps=tc.adam_eps)
+        self.scheduler._last_lr = [group["lr"] for group in groups]  # what get_last_lr() says
+
 
 def build_network(
     name: str,

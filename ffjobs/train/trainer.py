@@ -458,9 +458,13 @@ class Trainer:
                 f"{ref.location}: older checkpoint layout (no 'optimizer_state' key); resume it "
                 "with the ffjobs release that wrote it, or train into a new train.checkpoint_dir"
             )
+        # the config's learning rates and Adam settings, not those the optimizer state was
+        # saved with: a run resumed with another train.lr trains with it from here
+        lrs = {"generator": self.tc.lr, "discriminator": self.tc.lr_discriminator}
         for net in self.networks:
             net.module.load_state_dict(state[net.name])
             net.load_optimizer_state(state["optimizer_state"][net.name])
+            net.apply_config(lrs[net.name], self.tc)
         if self.ema is not None and state["ema"] is not None:
             self.ema.load_state_dict(state["ema"])
         rank_states = state["rank_states"]
