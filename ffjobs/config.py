@@ -613,11 +613,18 @@ def _embedded_default() -> Path:
     )
 
 
-def config_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Config:
-    """Build a config from a plain mapping (a dumped config, Airflow Params, a run's params)."""
+def config_from_dict(
+    data: Mapping[str, Any], source: str = "<dict>", overrides: Iterable[str] = ()
+) -> Config:
+    """Build a config from a plain mapping (a dumped config, Airflow Params, a run's params),
+    then apply ``--set`` overrides as :func:`load_config` does."""
     origin = _Origin()
     origin.record("", data, source, {})
-    return _build(Config, data, "", origin)
+    merged = dict(data)
+    for text in overrides:
+        key, value = parse_override(text)
+        merged = _apply_override(merged, key, value, origin)
+    return _build(Config, merged, "", origin)
 
 
 # --------------------------------------------------------------------------- JSON schema

@@ -81,7 +81,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument(
         "--resume",
         metavar="RUN_KEY",
-        help="continue this run: its config (plus any --set), checkpoints and MLflow run",
+        help="continue this run: its config, checkpoints and MLflow run; --set changes a "
+        "field that can take effect on a resumed run, and refuses one that cannot",
     )
     which.add_argument(
         "--run-key", metavar="KEY", help="key of the new run (default: <name>-<stamp>-<random>)"

@@ -49,7 +49,7 @@ def test_a_run_directory_is_readable_by_its_owner_only(tmp_path):
         run.logger.log_metrics({"loss": 1.0}, step=0)
         run.stage_dir("validation")
         finish_run(run, "FINISHED")
-        resume_run("private", config, echo=lambda line: None)  # rewrites config.json
+        resume_run("private", config, echo=lambda line: None)  # rewrites run.json
     finally:
         os.umask(old)
     assert _mode(run.dir) == _mode(run.tracking_dir) == _mode(run.dir / "validation") == 0o700

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ffjobs.cli import add_config_arguments, add_json_argument, config_from_args, print_json
+from ffjobs.config import short
 from ffjobs.errors import ExitCode
 from ffjobs.runs.run import RUN_FILE, find_run_dir, load_record
 
@@ -46,6 +47,7 @@ def run_summary(run_dir: Path, *, checkpoints: bool = True) -> dict[str, Any]:
         "mlflow_run_id": record.get("mlflow_run_id"),
         "mlflow": run_link(config.tracking, record.get("mlflow_run_id")),
         "passes": record.get("passes", 1),
+        "resumes": record.get("resumes", []),
     }
     if checkpoints and record.get("checkpoint_dir"):
         summary["latest_checkpoint"] = latest_checkpoint(record["checkpoint_dir"], config)
@@ -117,6 +119,11 @@ def _show(args: argparse.Namespace) -> int:
     else:
         where = "none yet"
     print(f"  checkpoints    {summary['checkpoint_dir']}: latest verified {where}")
+    for resume in summary["resumes"]:
+        changed = ", ".join(f"{k}={short(v)}" for k, v in resume["overrides"].items())
+        step = resume.get("step")
+        taken = f"in effect from step {step}" if step is not None else "not trained with yet"
+        print(f"  resume         pass {resume['pass']}: {changed} ({taken})")
     print(f"  MLflow         {summary['mlflow'] or 'not tracked'}")
     if undelivered:
         print(f"  tracking       {undelivered} record(s) still undelivered in {run_dir}/tracking")

@@ -2,9 +2,10 @@
 
 A run key (``<name>-<UTC stamp>-<6 hex>``, or given) names
 
-* the run directory ``<runs_dir>/<key>/``: ``config.json`` (the resolved config), ``run.json``
-  (this record: status, stages and their facts, MLflow run, model shape, dataset fingerprint)
-  and each stage's reports and logs;
+* the run directory ``<runs_dir>/<key>/``: ``config.json`` (the resolved config it was started
+  with, never rewritten), ``run.json`` (this record: status, stages and their facts, MLflow run,
+  model shape, dataset fingerprint, and each resume's changes to the config) and each stage's
+  reports and logs;
 * the checkpoints, ``<train.checkpoint_dir>/<key>/`` (a local or shared path, or ``s3://``);
 * the MLflow run (its name, and the tag ``ffjobs.run_key``), the submitit folders and the SLURM
   job name, and the Airflow DAG run's XCom.
@@ -13,6 +14,12 @@ The process that creates (or resumes) a run is its *owner*: it starts the MLflow
 it. Everything else (training ranks, later Airflow tasks) attaches by the id it is handed and
 only logs. Stages never write into the config: what a later stage needs from an earlier one
 travels in the earlier stage's :class:`StageOutcome` facts, recorded in ``run.json``.
+
+A resume may change the config, field by field as :mod:`ffjobs.runs.resume_rules` allows: the
+changes are recorded in ``run.json`` (``resumes``: pass, time, the changed fields' new values,
+and the step training took them up at) and in MLflow (params ``resume.<pass>.<field>``, tag
+``ffjobs.resume.<pass>.step``); the run's config is ``config.json`` with every recorded change
+applied in order (:func:`load_record`, :func:`resumed_config`).
 """
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ffjobs.config import Config, config_from_dict
+from ffjobs.config import Config, config_from_dict, short
 from ffjobs.errors import ExitCode, UserError
 from ffjobs.private_files import make_private_dir, write_private_text
+from ffjobs.runs.resume_rules import changed_fields, check_changes
 from ffjobs.tracking.mlflow_logger import (
     RunLogger,
     deliver_pending,
@@ -173,7 +181,19 @@ class Run:
         self.outcomes.append(outcome)
         stages = [s for s in self.record.get("stages", []) if s["name"] != outcome.name]
         self.record["stages"] = [*stages, outcome.to_dict()]
+        start = outcome.facts.get("start_step") if outcome.name == "train" else None
+        if start is not None:
+            self._resumes_took_effect(int(start))
         self.save()
+
+    def _resumes_took_effect(self, step: int) -> None:
+        """The resumes whose changes no training had taken up yet took effect at ``step`` (the
+        checkpoint this pass's training resumed from): in the record and as MLflow tags."""
+        pending = [r for r in self.record.get("resumes", []) if r.get("step") is None]
+        for resume in pending:
+            resume["step"] = step
+        if pending:
+            self.logger.set_tags({f"ffjobs.resume.{r['pass']}.step": str(step) for r in pending})
 
     def save(self) -> None:
         self.record["updated"] = _now()
@@ -248,25 +268,48 @@ def find_run_dir(key: str, runs_dir: str | Path) -> Path:
 
 
 def resumed_config(key: str, overrides: list[str], preset: str | None = None) -> Config:
-    """The config run ``key`` was started (or last resumed) with, plus ``overrides``; the run
-    is looked for in the ``runs_dir`` that ``preset`` (default: the embedded one) and the
-    overrides give."""
+    """The config run ``key`` has now (the one it was started with and every resume's changes),
+    plus ``overrides``; the run is looked for in the ``runs_dir`` that ``preset`` (default: the
+    embedded one) and the overrides give. Whether the overrides may change a resumed run is
+    :func:`resume_run`'s to say."""
     from ffjobs.config import load_config
 
     run_dir = find_run_dir(key, load_config(preset, overrides).runs_dir)
-    return load_config(run_dir / CONFIG_FILE, overrides)
+    record, data = _read_run(run_dir)
+    return config_from_dict(
+        _with_resumes(data, record), source=str(run_dir / CONFIG_FILE), overrides=overrides
+    )
 
 
 def load_record(run_dir: Path) -> tuple[dict[str, Any], Config]:
-    """The record and resolved config of the run in ``run_dir``."""
+    """The record and config of the run in ``run_dir``: ``config.json`` (what it was started
+    with) with each recorded resume's changes applied."""
+    record, data = _read_run(run_dir)
+    config = config_from_dict(_with_resumes(data, record), source=str(run_dir / CONFIG_FILE))
+    remember_config_secrets(config)  # `ffjobs runs show` prints about a run it does not hold
+    return record, config
+
+
+def _read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
         record = json.loads((run_dir / RUN_FILE).read_text())
         config_data = json.loads((run_dir / CONFIG_FILE).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise UserError(f"{run_dir}: not a readable ffjobs run ({exc})") from None
-    config = config_from_dict(config_data, source=str(run_dir / CONFIG_FILE))
-    remember_config_secrets(config)  # `ffjobs runs show` prints about a run it does not hold
-    return record, config
+    return record, config_data
+
+
+def _with_resumes(data: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a dumped config) with the changes of each resume in ``record``, in order."""
+    data = json.loads(json.dumps(data))  # a copy to change
+    for resume in record.get("resumes", []):
+        for path, value in resume.get("overrides", {}).items():
+            *sections, name = path.split(".")
+            target = data
+            for section in sections:
+                target = target.setdefault(section, {})
+            target[name] = value
+    return data
 
 
 def attach_run(
@@ -286,21 +329,25 @@ def resume_run(
     quiet_stdout: bool = False,
 ) -> Run:
     """Continue run ``key`` with ``config`` (its own, plus any overrides): same checkpoints,
-    same MLflow run; this process becomes the owner again. Refuses another model shape."""
+    same MLflow run; this process becomes the owner again.
+
+    A field that differs from the run's config either takes effect (recorded as this pass's
+    resume: ``run.json``'s ``resumes`` and MLflow params ``resume.<pass>.<field>``) or, as
+    :mod:`ffjobs.runs.resume_rules` says, is refused with nothing changed (another model shape,
+    seed, batch size, ...). ``config.json`` stays the config the run was started with."""
     run_dir = find_run_dir(key, config.runs_dir)
-    record, _ = load_record(run_dir)
-    started, now = record.get("model_shape"), model_shape(config)
-    if started is not None and started != now:
-        changed = sorted(k for k in set(started) | set(now) if started.get(k) != now.get(k))
-        first = changed[0]
-        raise UserError(
-            f"--resume {key}: model.{first} is {now.get(first)!r} but the run was started with "
-            f"{started.get(first)!r}; its checkpoints would not load (start a new run instead)"
-        )
-    write_private_text(run_dir / CONFIG_FILE, config.dump("json") + "\n")
-    record.update(status="running", passes=int(record.get("passes", 1)) + 1)
+    record, current = load_record(run_dir)
+    changes = changed_fields(current, config)
+    check_changes(key, changes)
+    passes = int(record.get("passes", 1)) + 1
+    record.update(status="running", passes=passes)
+    overrides = {path: new for path, (_, new) in changes.items()}
+    if overrides:
+        resume = {"pass": passes, "at": _now(), "overrides": overrides, "step": None}
+        record["resumes"] = [*record.get("resumes", []), resume]
     record["checkpoint_dir"] = join_location(config.train.checkpoint_dir, key)
     run = Run(key, run_dir, config, record, owner=True, echo=echo, quiet_stdout=quiet_stdout)
+    run.save()
     if run.mlflow_run_id is not None:
         reopen_run(config.tracking, run.mlflow_run_id)
         run.deliver_tracking()  # what an earlier pass could not deliver goes first
@@ -308,6 +355,11 @@ def resume_run(
         run.save()
     elif config.tracking.enabled:  # tracking was off or unreachable when the run started
         _start_tracking(run, {"ffjobs.run_key": key, "ffjobs.run_dir": str(run_dir)})
+    # params are written once: a pass's number is never used again
+    run.logger.log_params({f"resume.{passes}.{path}": new for path, new in overrides.items()})
+    if overrides:
+        changed = ", ".join(f"{path}={short(new)}" for path, new in overrides.items())
+        run.echo(f"run {key} resumed with {changed} (pass {passes})")
     return run
 
 

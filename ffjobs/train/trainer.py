@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.profiler import record_function
 
-from ffjobs.config import Config
+from ffjobs.config import Config, config_from_dict
 from ffjobs.data.dataset import to_model_images
 from ffjobs.errors import UserError
 from ffjobs.models import FusionModels, build
@@ -482,4 +482,24 @@ class Trainer:
             seed_everything(self.tc.seed + 1000 * self.env.rank + ref.step)
         self.step = int(state["step"])
         print0(f"resumed from {ref.location} at step {self.step}")
+        changed = _changed_since(state.get("config"), self.config)
+        if changed:
+            print0(
+                f"config changed since this checkpoint, in effect from step {self.step}: {changed}"
+            )
         return self.step
+
+
+def _changed_since(saved: dict[str, Any] | None, config: Config) -> str:
+    """The fields of ``config`` that differ from the ``saved`` config of a checkpoint, as
+    ``a.b, c.d`` (names only: values may be secrets); empty when none or unknown."""
+    from ffjobs.runs.resume_rules import config_fields
+
+    if not saved:
+        return ""
+    try:
+        before = config_fields(config_from_dict(saved, source="the checkpoint's config"))
+    except UserError:  # written by another ffjobs version: nothing to compare
+        return ""
+    now = config_fields(config)
+    return ", ".join(key for key in now if before.get(key) != now[key])
