@@ -76,25 +76,14 @@ def run_command(argv: Sequence[str], timeout: float = 60.0) -> str:
 
 
 async def run_command_async(argv: Sequence[str], timeout: float = 60.0) -> str:
-    """:func:`run_command` as an asyncio subprocess: for the Airflow triggerer, whose event loop
-    every blocking call would stall for all the triggers it runs."""
+    """:func:`run_command` for the Airflow triggerer, whose event loop every blocking call would
+    stall for all the triggers it runs: the command runs on a worker thread. (An asyncio
+    subprocess is started on the loop's own thread, which waits there until the child has
+    exec'd: up to tens of milliseconds on a busy machine, for every poll of every job;
+    docs/benchmarks.md.)"""
     import asyncio
 
-    try:
-        process = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-        )
-    except FileNotFoundError:
-        raise _not_found(argv) from None
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise _no_answer(argv, timeout) from None
-    if process.returncode != 0:
-        raise _failed(argv, process.returncode, err.decode(errors="replace"))
-    return out.decode(errors="replace")
+    return await asyncio.to_thread(run_command, argv, timeout)
 
 
 def _not_found(argv: Sequence[str]) -> AccountingError:
