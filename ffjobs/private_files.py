@@ -8,9 +8,10 @@ and narrowed afterwards, which would leave a moment in which another user could 
 from __future__ import annotations
 
 import os
-import secrets
 from pathlib import Path
 from typing import IO
+
+from ffjobs.shared_inputs import temporary_sibling
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -33,7 +34,7 @@ def write_private_text(path: str | Path, text: str) -> None:
     """Replace ``path`` with ``text`` atomically (a reader sees the old or the new file whole),
     as a file of mode 0600 whatever mode the file it replaces had."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")  # unique to this write
+    tmp = temporary_sibling(path)  # unique to this write
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     with os.fdopen(os.open(tmp, flags, PRIVATE_FILE_MODE), "w", encoding="utf-8") as out:
         out.write(text)
