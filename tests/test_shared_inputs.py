@@ -4,6 +4,7 @@ again and never used, and a complete one is never made again."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -143,3 +144,18 @@ def test_a_killed_makers_leftovers_are_made_again(tmp_path):
     assert (target / "a.jpg").read_text() == "whole"
     assert len(said) == 1 and half[0].name in said[0] and "making it again" in said[0]
     assert leftovers(target) == []
+
+
+def test_the_synthetic_dataset_is_complete_only_with_its_marker(tmp_path):
+    from ffjobs.data.synth import COMPLETE_MARKER, ensure_dataset
+
+    out = tmp_path / "synthetic"
+    (out / "id_0000").mkdir(parents=True)
+    (out / "id_0000" / "00.jpg").write_bytes(b"half-written")  # "not empty" is not complete
+    ensure_dataset(out, identities=3, per_identity=2, size=16, seed=0)
+    assert len(list(out.glob("*/*.jpg"))) == 6
+    marker = json.loads((out / COMPLETE_MARKER).read_text())
+    assert marker == {"identities": 3, "per_identity": 2, "size": 16, "seed": 0, "images": 6}
+    before = (out / COMPLETE_MARKER).stat().st_mtime_ns
+    ensure_dataset(out, identities=3, per_identity=2, size=16, seed=0)
+    assert (out / COMPLETE_MARKER).stat().st_mtime_ns == before  # used, not made again

@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from ffjobs.data.synth import generate_dataset
+    from ffjobs.data.synth import generate_dataset, mark_complete, unmark_complete
 
     config = config_from_args(args).data
     options = {
@@ -68,10 +68,14 @@ def _synth(args: argparse.Namespace) -> int:
     out = Path(args.out or config.source)
     if str(out).startswith("s3://"):
         raise UserError(f"--out {out}: synth writes local files; upload them to S3 afterwards")
+    if out.is_dir():
+        unmark_complete(out)  # incomplete while its files are rewritten
     generate_dataset(out, corrupt=args.corrupt, image_format=args.format, **options)
+    images = options["identities"] * options["per_identity"]
+    mark_complete(out, {**options, "images": images, "image_format": args.format})
     result = {
         "out": str(out),
-        "images": options["identities"] * options["per_identity"],
+        "images": images,
         **options,
         "corrupt": args.corrupt,
     }

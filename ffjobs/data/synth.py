@@ -9,6 +9,7 @@ same arguments write byte-identical files.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -25,6 +26,9 @@ SUPERSAMPLE_UP_TO = 128
 shapes; larger faces are drawn directly (their edges are smooth enough, and it is 4x cheaper)."""
 PARALLEL_FROM = 512
 """Datasets of at least this many images are rendered by a process pool, one identity a task."""
+COMPLETE_MARKER = ".complete.json"
+"""Written last into a dataset :func:`ensure_dataset` made: its arguments and image count.
+A folder without it is not a complete dataset, however many images it holds."""
 
 
 @dataclass(frozen=True)
@@ -276,3 +280,49 @@ def generate_dataset(
 
         plant_defects(root, identities=identities, size=size, seed=seed)
     return root
+
+
+def dataset_complete(root: str | Path) -> bool:
+    """Whether ``root`` is a dataset whose generation finished (its marker is there)."""
+    return (Path(root) / COMPLETE_MARKER).is_file()
+
+
+def mark_complete(root: str | Path, arguments: dict) -> None:
+    """Say that ``root``'s generation with ``arguments`` finished (the last thing written)."""
+    from ffjobs.shared_inputs import temporary_sibling
+
+    marker = Path(root) / COMPLETE_MARKER
+    temporary = temporary_sibling(marker)
+    temporary.write_text(json.dumps(arguments) + "\n")
+    temporary.replace(marker)
+
+
+def unmark_complete(root: str | Path) -> None:
+    """Say that ``root`` is being written (before writing into an existing dataset)."""
+    (Path(root) / COMPLETE_MARKER).unlink(missing_ok=True)
+
+
+def ensure_dataset(
+    out_dir: str | Path,
+    identities: int = 24,
+    per_identity: int = 8,
+    size: int = 64,
+    seed: int = 0,
+) -> Path:
+    """:func:`generate_dataset` at ``out_dir`` unless a complete one is there; return ``out_dir``.
+
+    Made once however many processes ask at the same time: written aside, marked complete,
+    then renamed into place (:func:`ffjobs.shared_inputs.make_once`). A folder there without
+    the marker (an interrupted generation) is generated again.
+    """
+    from ffjobs.shared_inputs import make_once
+
+    arguments = {"identities": identities, "per_identity": per_identity, "size": size, "seed": seed}
+
+    def make(path: Path) -> None:
+        generate_dataset(path, **arguments)
+        mark_complete(path, {**arguments, "images": identities * per_identity})
+
+    out = Path(out_dir)
+    make_once(out, make, what="the synthetic dataset", complete=dataset_complete)
+    return out

@@ -38,7 +38,9 @@ def evaluation_identity_settings(config: Config) -> ModelConfig:
 
 def ensure_evaluation_encoder(config: Config) -> None:
     """Pre-train the project's evaluation encoder if it is configured at its default path and
-    missing; refuse a user's path that does not exist."""
+    missing (once, however many processes ask at the same time: written aside, then renamed
+    into place, see :func:`ffjobs.shared_inputs.make_once`); refuse a user's path that does
+    not exist."""
     weights = Path(config.evaluate.identity_weights)
     if weights.exists():
         return
@@ -50,15 +52,20 @@ def ensure_evaluation_encoder(config: Config) -> None:
         )
     from ffjobs.models.identity_pretrain import train_identity_encoder
     from ffjobs.models.prepare import ensure_identity_dataset
+    from ffjobs.shared_inputs import make_once
 
-    print(f"pre-training the evaluation identity encoder into {weights}", file=sys.stderr)
-    train_identity_encoder(
-        evaluation_identity_settings(config),
-        ensure_identity_dataset(config),
-        weights,
-        steps=PRETRAIN_STEPS,
-        seed=config.evaluate.identity_seed,
-    )
+    def make(path: Path) -> None:
+        data = ensure_identity_dataset(config)
+        print(f"pre-training the evaluation identity encoder into {weights}", file=sys.stderr)
+        train_identity_encoder(
+            evaluation_identity_settings(config),
+            data,
+            path,
+            steps=PRETRAIN_STEPS,
+            seed=config.evaluate.identity_seed,
+        )
+
+    make_once(weights, make, what="the evaluation identity encoder")
 
 
 def load_evaluation_encoder(config: Config) -> IdentityEncoder:

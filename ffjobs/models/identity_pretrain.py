@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from ffjobs.errors import UserError
 from ffjobs.models.config import ModelConfig
 from ffjobs.models.identity import build_identity_backbone
+from ffjobs.shared_inputs import temporary_sibling
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 
@@ -179,9 +180,12 @@ def train_identity_encoder(
     )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_name(out.name + ".tmp")
-    torch.save(backbone.state_dict(), temporary)
-    temporary.replace(out)
+    temporary = temporary_sibling(out)  # unique: two trainings into one file do not mix
+    try:
+        torch.save(backbone.state_dict(), temporary)
+        temporary.replace(out)
+    finally:
+        temporary.unlink(missing_ok=True)
     return IdentityPretrainResult(
         out=str(out),
         identities=len(names),
