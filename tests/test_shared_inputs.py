@@ -159,3 +159,45 @@ def test_the_synthetic_dataset_is_complete_only_with_its_marker(tmp_path):
     before = (out / COMPLETE_MARKER).stat().st_mtime_ns
     ensure_dataset(out, identities=3, per_identity=2, size=16, seed=0)
     assert (out / COMPLETE_MARKER).stat().st_mtime_ns == before  # used, not made again
+
+
+STARTER = """
+import sys, time, warnings
+warnings.simplefilter("ignore")
+from ffjobs.tracking.config import TrackingConfig
+from ffjobs.tracking.mlflow_logger import start_run
+
+tracking = TrackingConfig(tracking_uri="sqlite:///runs/mlflow.db", experiment="race")
+import mlflow.tracking  # what takes time, before the start
+from pathlib import Path
+
+Path(sys.argv[1]).touch()
+while not Path("go").exists():  # both start here
+    time.sleep(0.005)
+print(start_run(tracking, "run"))
+"""
+
+
+def test_the_sqlite_store_is_made_once_by_runs_starting_together(tmp_path):
+    """Two processes creating their MLflow run at the same moment in a folder without a store:
+    one makes it (schema, default experiment), the other waits, and both runs are created (an
+    empty database that both processes migrate fails one of them)."""
+    starters = [
+        subprocess.Popen(
+            [sys.executable, "-c", STARTER, f"ready-{n}"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(2)
+    ]
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{n}").exists() for n in range(2)):
+        assert time.monotonic() < deadline and all(s.poll() is None for s in starters)
+        time.sleep(0.01)
+    (tmp_path / "go").touch()
+    outputs = [starter.communicate(timeout=120) for starter in starters]
+    ids = [out.strip() for out, _ in outputs]
+    assert all(len(i) == 32 for i in ids) and ids[0] != ids[1], outputs
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [".mlflow.db.lock", "mlflow.db"]

@@ -93,7 +93,7 @@ def mlflow_client(tracking: TrackingConfig):
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(HTTP_TIMEOUT_S))
     from mlflow.tracking import MlflowClient
 
-    _ensure_sqlite_parent(tracking.tracking_uri)
+    ensure_sqlite_store(tracking.tracking_uri)
     return MlflowClient(tracking_uri=tracking.tracking_uri)
 
 
@@ -109,14 +109,7 @@ def start_run(
         return None
     try:
         client = mlflow_client(tracking)
-        experiment = client.get_experiment_by_name(tracking.experiment)
-        experiment_id = (
-            experiment.experiment_id
-            if experiment is not None
-            else client.create_experiment(
-                tracking.experiment, artifact_location=tracking.artifact_location
-            )
-        )
+        experiment_id = _experiment_id(client, tracking)
         run = client.create_run(experiment_id, run_name=run_name, tags=redact_mapping(tags or {}))
         return run.info.run_id
     except Exception as exc:  # tracking must never take the work down
@@ -126,6 +119,23 @@ def start_run(
             spooling=True,
         )
         return None
+
+
+def _experiment_id(client, tracking: TrackingConfig) -> str:
+    """The id of ``tracking.experiment``, created if missing; one another process created
+    meanwhile (two runs started together) is used."""
+    experiment = client.get_experiment_by_name(tracking.experiment)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(
+            tracking.experiment, artifact_location=tracking.artifact_location
+        )
+    except Exception:
+        experiment = client.get_experiment_by_name(tracking.experiment)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
 
 
 def reopen_run(tracking: TrackingConfig, run_id: str) -> bool:
@@ -330,7 +340,51 @@ def _warn(reason: str, *, spooling: bool = False) -> None:
     warnings.warn(message, TrackingWarning, stacklevel=3)
 
 
-def _ensure_sqlite_parent(uri: str) -> None:
-    """``sqlite:///runs/mlflow.db`` fails if ``runs/`` does not exist yet."""
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+def sqlite_store_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` tracking URI (None for any other URI, or an
+    in-memory database)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///") :].split("?", 1)[0]
+    if not path or path == ":memory:":
+        return None
+    return Path(path)
+
+
+def ensure_sqlite_store(uri: str) -> None:
+    """Make a ``sqlite:///`` tracking URI's database if it is missing: its folder, MLflow's
+    tables and default experiment, made once however many processes ask at the same time
+    (written aside under a lock, then renamed into place: :func:`ffjobs.shared_inputs.make_once`).
+
+    MLflow creates the tables of an empty database on first connect; two processes doing so
+    at once fail ("table ... already exists"), and one of them then has no MLflow run.
+    """
+    path = sqlite_store_path(uri)
+    if path is None or path.exists():
+        return
+    from ffjobs.shared_inputs import make_once
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make_once(path, _make_sqlite_store, what="the MLflow store")
+
+
+def _make_sqlite_store(path: Path) -> None:
+    """MLflow's schema and default experiment in a new SQLite file at ``path``, its
+    connections closed (the file is renamed next). MLflow's lines about creating tables are
+    left out: the file is new, there is nothing to report."""
+    import logging
+
+    from mlflow.tracking._tracking_service.utils import _get_sqlalchemy_store
+
+    uri = f"sqlite:///{path}"
+    loggers = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        store = _get_sqlalchemy_store(uri, None)  # the store class MlflowClient would use
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+    store.engine.dispose()
+    getattr(type(store), "_engine_map", {}).pop(uri, None)
