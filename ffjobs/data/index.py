@@ -5,17 +5,22 @@ style), flat folders (each image its own identity, FFHQ style) and a manifest (J
 ``path``, ``identity`` and an optional ``split``). :func:`scan` lists a dataset as entries
 (validation uses it, problems included); :func:`build_index` turns it into the records training
 reads, without quarantined or unreadable files.
+
+What validation passed is kept as :class:`ValidatedFiles` (each file training will read, with
+its size and version: mtime or ETag); :func:`build_index` given them refuses a dataset that
+differs, naming the files added, removed or changed, before it reads any of them.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import hashlib
 import io
 import json
 import posixpath
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
@@ -24,6 +29,7 @@ from ffjobs.data.sources import (
     FileStat,
     PathEscapeError,
     Source,
+    file_name,
     is_image_path,
     is_text_path,
     normalize_relative,
@@ -263,6 +269,108 @@ def layout_entries(
     return resolved, entries
 
 
+# --------------------------------------------------------------------------- validated files
+
+
+class DatasetChangedError(ValueError):
+    """The dataset differs from what validation passed (files added, removed or changed)."""
+
+
+@dataclass(frozen=True)
+class ValidatedFiles:
+    """The files validation passed for training (its layout's images minus the quarantine),
+    each with the size and version (mtime or ETag) it had, and the validated fingerprint."""
+
+    source: str
+    fingerprint: str
+    files: Mapping[str, tuple[int, str]]
+    """``{path: (size, version)}``."""
+
+
+def validated_files(
+    source: str, fingerprint: str, entries: Iterable[ScanEntry], quarantine: Iterable[str]
+) -> ValidatedFiles:
+    """What training may read of a validated listing: what :func:`build_index` keeps of it."""
+    excluded = set(quarantine)
+    files = {
+        e.path: (e.stat.size, e.stat.version)
+        for e in entries
+        if e.problem is None and e.stat is not None and e.path not in excluded
+    }
+    return ValidatedFiles(source, fingerprint, files)
+
+
+def write_validated_files(validated: ValidatedFiles, path: str | Path) -> Path:
+    """Gzipped JSON lines: a header (source, fingerprint, count), then ``[path, size, version]``
+    per file, sorted by path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    encode = json.JSONEncoder(ensure_ascii=False).encode
+    header = {
+        "source": validated.source,
+        "fingerprint": validated.fingerprint,
+        "files": len(validated.files),
+    }
+    partial = path.with_name(path.name + ".partial")
+    with gzip.open(partial, "wt", encoding="utf-8", compresslevel=6) as out:
+        out.write(encode(header) + "\n")
+        for name in sorted(validated.files):
+            size, version = validated.files[name]
+            out.write(encode([name, size, version]) + "\n")
+    partial.replace(path)
+    return path
+
+
+def read_validated_files(path: str | Path) -> ValidatedFiles:
+    """The list :func:`write_validated_files` wrote."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as lines:
+            header = json.loads(next(lines))
+            files = {name: (size, version) for name, size, version in map(json.loads, lines)}
+    except FileNotFoundError:
+        raise UserError(
+            f"validated file list {path} not found; validate the dataset again"
+        ) from None
+    except (OSError, EOFError, StopIteration, ValueError, TypeError, KeyError) as exc:
+        raise UserError(
+            f"validated file list {path} is unreadable ({exc}); validate again"
+        ) from None
+    if len(files) != header.get("files"):
+        raise UserError(f"validated file list {path} is incomplete; validate the dataset again")
+    return ValidatedFiles(str(header["source"]), str(header["fingerprint"]), files)
+
+
+def check_unchanged(
+    source: Source, listed: Mapping[str, tuple[int, str]], validated: ValidatedFiles
+) -> None:
+    """Raise :class:`DatasetChangedError` unless ``listed`` (``{path: (size, version)}`` of
+    the files training would read) is what validation passed, naming the differences (paths
+    relative to the root; ``s3://`` keys for S3). Nothing is read: sizes and versions only."""
+    added = sorted(listed.keys() - validated.files.keys())
+    removed = sorted(validated.files.keys() - listed.keys())
+    changed = sorted(
+        p for p in listed.keys() & validated.files.keys() if listed[p] != validated.files[p]
+    )
+    if not (added or removed or changed):
+        return
+    parts = []
+    for what, paths in (("removed", removed), ("added", added), ("changed", changed)):
+        if paths:
+            parts.append(f"{len(paths)} {what} ({_some(source, paths)})")
+    raise DatasetChangedError(
+        f"dataset {source.uri} changed since validation: {', '.join(parts)}; training "
+        f"refused before its first step (validated fingerprint {validated.fingerprint}): "
+        "restore the files and resume the run (validation checks them again), or start a new "
+        "run on the dataset as it is now"
+    )
+
+
+def _some(source: Source, paths: Sequence[str], shown: int = 5) -> str:
+    """Up to ``shown`` names, then how many more."""
+    names = ", ".join(file_name(source, p) for p in paths[:shown])
+    return names + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+
+
 # --------------------------------------------------------------------------- index
 
 
@@ -300,19 +408,27 @@ def build_index(
     cache_dir: str | Path | None = None,
     endpoint_url: str | None = None,
     region: str | None = None,
+    validated: ValidatedFiles | str | Path | None = None,
 ) -> DatasetIndex:
     """The training index of a dataset: readable images minus the quarantine list, sorted by path.
 
     ``quarantine`` is a file written by ``ffjobs validate`` or an iterable of paths. Entries
     the layout marks (escaping links, missing files, names that are not UTF-8) are never in
-    it, whatever their configured severity.
+    it, whatever their configured severity. With ``validated`` (or the file it was written
+    to), a dataset whose files differ from them raises :class:`DatasetChangedError` before any
+    file is read.
     """
     src = open_source(source, endpoint_url=endpoint_url, region=region)
     excluded = (
         read_quarantine(quarantine) if isinstance(quarantine, str | Path) else set(quarantine or ())
     )
+    if isinstance(validated, str | Path):
+        validated = read_validated_files(validated)
     resolved, entries = scan(src, layout, manifest)
     kept = [e for e in entries if e.problem is None and e.path not in excluded]
+    if validated is not None:
+        listed = {e.path: (e.stat.size, e.stat.version) for e in kept if e.stat is not None}
+        check_unchanged(src, listed, validated)
     hashes = content_hashes(src, (e.stat for e in kept if e.stat is not None), cache_dir)
     records = [
         Record(e.path, e.identity, e.split, e.stat.size, hashes[e.path])
@@ -324,7 +440,10 @@ def build_index(
 
 
 def index_from_config(
-    data: DataConfig, quarantine: str | Path | None = None, s3: S3Config | None = None
+    data: DataConfig,
+    quarantine: str | Path | None = None,
+    s3: S3Config | None = None,
+    validated: str | Path | None = None,
 ) -> DatasetIndex:
     """:func:`build_index` with the dataset settings (and the ``s3:`` section) of a config."""
     s3 = s3 or S3Config()
@@ -336,6 +455,7 @@ def index_from_config(
         cache_dir=data.validation.cache_dir,
         endpoint_url=s3.endpoint_url,
         region=s3.region,
+        validated=validated,
     )
 
 

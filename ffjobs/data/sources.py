@@ -157,14 +157,14 @@ class LocalSource:
 
     def read_bytes(self, path: str) -> bytes:
         """The content of one regular file; anything else (a directory, a FIFO) raises
-        ``OSError`` at once instead of failing late or blocking on a pipe with no writer."""
+        ``OSError`` at once instead of failing late or blocking on a pipe with no writer.
+        A file that is not there raises ``FileNotFoundError`` naming its path relative to the
+        root (``id_0002/01.jpg``), whichever part of it is missing."""
+        relative = normalize_relative(path)
         try:
-            fd = self._open_without_links(normalize_relative(path))
-        except OSError as exc:
-            if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOSYS):
-                raise
-            # A symlink on the way: allowed only if it stays inside the root.
-            fd = os.open(self.resolve(path), _READ_FILE)
+            fd = self._open(relative)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), relative) from None
         try:
             _require_regular(os.fstat(fd), path)
         except OSError:
@@ -172,6 +172,16 @@ class LocalSource:
             raise
         with open(fd, "rb", buffering=0) as handle:  # unbuffered: one read of the whole file
             return handle.readall()
+
+    def _open(self, relative: str) -> int:
+        """A read-only descriptor of one file, symlinks allowed only inside the root."""
+        try:
+            return self._open_without_links(relative)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOSYS):
+                raise
+            # A symlink on the way: allowed only if it stays inside the root.
+            return os.open(self.resolve(relative), _READ_FILE)
 
     def _open_without_links(self, relative: str) -> int:
         """Open component by component, refusing every symlink (ELOOP): no realpath per file,
@@ -300,6 +310,12 @@ def open_source(
             f"unsupported dataset URI {text!r}; use a local path or s3://bucket/prefix"
         )
     return LocalSource(text)
+
+
+def file_name(source: Source, path: str) -> str:
+    """How messages name one dataset file: its path relative to the root (``id_0002/01.jpg``)
+    for a local dataset, its key as an ``s3://`` address for S3 (as a missing object is named)."""
+    return f"{source.uri}{path}" if source.uri.startswith("s3://") else path
 
 
 def is_image_path(path: str) -> bool:

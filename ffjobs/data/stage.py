@@ -10,9 +10,12 @@ from ffjobs.runs.run import Run, StageOutcome, check_dataset_fingerprint
 def validate_stage(config: Config, run: Run) -> StageOutcome:
     """Validate ``data.source`` into ``<run>/validation/``; fails when the policy fails.
 
-    Facts: ``fingerprint``, ``report`` (JSON path) and ``quarantine`` (the file listing what
-    training skips). A resumed run whose data changed is refused here.
+    Facts: ``fingerprint``, ``report`` (JSON path), ``quarantine`` (the file listing what
+    training skips) and ``validated_files`` (what training may read, each file's size and
+    version: the ranks refuse a dataset that differs). A resumed run whose data changed is
+    refused here.
     """
+    from ffjobs.data.index import write_validated_files
     from ffjobs.data.progress import ProgressLine
     from ffjobs.data.report import write_report
     from ffjobs.data.validate import validate_dataset
@@ -28,9 +31,12 @@ def validate_stage(config: Config, run: Run) -> StageOutcome:
         progress=ProgressLine("validate"),
         endpoint_url=config.s3.endpoint_url,
         region=config.s3.region,
+        keep_files=True,
     )
     check_dataset_fingerprint(run, report.fingerprint)
     paths = write_report(report, run.stage_dir("validation") / "report.json")
+    assert report.validated is not None
+    files = write_validated_files(report.validated, paths["json"].parent / "files.jsonl.gz")
     run.logger.log_dataset(
         name=dataset_name(data.source),
         digest=report.fingerprint,
@@ -62,6 +68,7 @@ def validate_stage(config: Config, run: Run) -> StageOutcome:
             "fingerprint": report.fingerprint,
             "report": str(paths["json"]),
             "quarantine": str(paths["quarantine"]),
+            "validated_files": str(files),
         },
     )
 

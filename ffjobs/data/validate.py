@@ -26,9 +26,11 @@ from ffjobs.data.index import (
     Layout,
     Record,
     ScanEntry,
+    ValidatedFiles,
     dataset_fingerprint,
     layout_entries,
     manifest_version,
+    validated_files,
 )
 from ffjobs.data.inspect import INSPECTOR_VERSION, Facts
 from ffjobs.data.pool import InspectionPool
@@ -62,6 +64,9 @@ class ValidationReport:
     failures: list[str]
     quarantine: list[str]
     timing: dict[str, Any] = field(default_factory=dict)
+    validated: ValidatedFiles | None = None
+    """What training may read, by size and version (``validate_dataset(keep_files=True)``);
+    not part of the JSON report."""
 
     @property
     def bad_fraction(self) -> float:
@@ -310,10 +315,12 @@ def validate_dataset(
     progress: Callable[[int, int], None] | None = None,
     endpoint_url: str | None = None,
     region: str | None = None,
+    keep_files: bool = False,
 ) -> ValidationReport:
     """Validate a dataset (local path, ``s3://`` or a :class:`Source`) under ``config``'s policy.
 
-    ``progress(done, total)`` is called as files are checked.
+    ``progress(done, total)`` is called as files are checked. ``keep_files``: also keep what
+    training may read of the listing just validated, as ``report.validated``.
     """
     config = config or ValidationConfig()
     started = time.perf_counter()
@@ -346,6 +353,7 @@ def validate_dataset(
         # layout, the per-file lookups and the duplicate search.
         digest = listing_digest(layout, manifest_version(src, manifest), listing, config)
         cached = cache.report_for(digest)
+        entries: list[ScanEntry] | None = None
         if cached is not None:
             report = ValidationReport.from_dict(cached)
             inspected = 0
@@ -360,6 +368,10 @@ def validate_dataset(
             checked = time.perf_counter()
             report = judge(src.uri, resolved, entries, facts, config)
             cache.put_report(digest, report.to_dict())
+    if keep_files:
+        if entries is None:  # the cached report's listing: its layout is cheap, nothing is read
+            entries = layout_entries(src, listing, layout, manifest)[1]
+        report.validated = validated_files(src.uri, report.fingerprint, entries, report.quarantine)
     finished = time.perf_counter()
     report.timing = {
         "list_s": round(listed - started, 4),

@@ -93,3 +93,29 @@ def _keep_source(source) -> None:
 
 def _worker_reuses_client(parent_client_id: int) -> bool:
     return id(_inherited["source"].client) == parent_client_id
+
+
+def test_an_s3_dataset_that_changed_since_validation_is_refused_by_key(
+    s3_endpoint, s3_env, clean_dataset, tmp_path
+):
+    import boto3
+
+    from ffjobs.data.index import DatasetChangedError, write_validated_files
+    from ffjobs.data.sources import S3Source
+
+    uri = upload_dataset(s3_endpoint, clean_dataset, "faces-changed", "v1")
+    report = validate_dataset(uri, ValidationConfig(cache_dir=str(tmp_path)), keep_files=True)
+    files = write_validated_files(report.validated, tmp_path / "files.jsonl.gz")
+    assert len(build_index(uri, cache_dir=tmp_path, validated=files)) == 192
+
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    client.delete_object(Bucket="faces-changed", Key="v1/id_0002/01.jpg")
+    other = (clean_dataset / "id_0000" / "00.jpg").read_bytes()
+    client.put_object(Bucket="faces-changed", Key="v1/id_0003/02.jpg", Body=other)
+    with pytest.raises(DatasetChangedError) as caught:
+        build_index(uri, cache_dir=tmp_path, validated=files)
+    assert "1 removed (s3://faces-changed/v1/id_0002/01.jpg)" in str(caught.value)
+    assert "1 changed (s3://faces-changed/v1/id_0003/02.jpg)" in str(caught.value)
+    # one that vanishes while training reads it is named by the same key
+    with pytest.raises(FileNotFoundError, match="s3://faces-changed/v1/id_0002/01.jpg"):
+        S3Source(uri).read_bytes("id_0002/01.jpg")
