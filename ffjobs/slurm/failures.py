@@ -16,7 +16,8 @@ Precedence, first match wins:
    ``retry_oom``. A rank that runs out of memory makes its peers' collectives fail, so its
    OOM outranks their communicator errors.
 5. A rank's last traceback ends in a missing or changed dataset file (not a checkpoint, not a
-   config file) -> DATA, never retryable: the same file is missing next time.
+   config file), or in ffjobs refusing a dataset that changed since its validation -> DATA,
+   never retryable: the same file is missing next time.
 6. ffjobs' own ``ffjobs: error:``, ``ConfigError``/``UserError``, sbatch rejecting the job, NCCL
    reporting invalid usage -> CONFIG, not retryable on the same config.
 7. A rank crashed with a traceback of its own and no communicator error, while its peers report
@@ -204,6 +205,10 @@ _WRAPPER_EXCEPTIONS = ("ChildFailedError", "LaunchFailed", "FailedJobError")
 _DATA_ERROR = re.compile(
     r"No such file or directory|NoSuchKey|checksum|changed since validation", re.IGNORECASE
 )
+# ffjobs.data.index.DatasetChangedError: "dataset ROOT changed since validation: 1 removed
+# (id_0002/01.jpg), 2 added (...); training refused ..."
+_DATASET_CHANGED = re.compile(r"changed since validation: ([^;]+);")
+_FIRST_NAMED = re.compile(r"\(([^,)]+)")
 _QUOTED = re.compile(r"'([^']+)'|\"([^\"]+)\"")
 _PATH_TOKEN = re.compile(
     r"s3://[^\s'\",;]+|(?:[\w.~-]*/)+[\w.-]+|\b[\w-]+\.[A-Za-z][A-Za-z0-9]{1,4}\b"
@@ -356,11 +361,18 @@ def _classify(
     for f in findings:
         data_file = _data_file(f.traceback)
         if f.traceback is not None and data_file is not None:
+            changed = _DATASET_CHANGED.search(f.traceback.message)
+            summary = (
+                f"dataset changed since validation, training refused on {f.origin}: "
+                f"{changed.group(1)}; not retried"
+                if changed
+                else f"dataset file missing or changed on {f.origin}: {data_file or '?'}; "
+                "re-validate the dataset, not retried"
+            )
             return Failure(
                 kind=FailureKind.DATA,
                 retryable=False,
-                summary=f"dataset file missing or changed on {f.origin}: {data_file or '?'}; "
-                "re-validate the dataset, not retried",
+                summary=summary,
                 evidence=_cap(f.evidence([("", f.traceback.exception_line)])),
                 traceback_excerpt=_excerpt(f.traceback),
                 data_file=data_file or None,
@@ -501,6 +513,10 @@ def _data_file(traceback: _Traceback | None) -> str | None:
     if traceback is None:
         return None
     message = traceback.message
+    changed = _DATASET_CHANGED.search(message)
+    if changed:  # ffjobs' own refusal: the first file it names
+        first = _FIRST_NAMED.search(changed.group(1))
+        return first.group(1) if first else ""
     if traceback.short_type != "FileNotFoundError" and not _DATA_ERROR.search(message):
         return None
     quoted = [a or b for a, b in _QUOTED.findall(message)]

@@ -12,7 +12,7 @@ from typing import Any
 
 from ffjobs.errors import UserError
 from ffjobs.runs.run import Run
-from ffjobs.slurm.failures import Failure, FailureKind
+from ffjobs.slurm.failures import Failure
 from ffjobs.slurm.jobstate import JobState
 from ffjobs.slurm.supervisor import AttemptRecord, AttemptResult, attempt_record, goodput
 from ffjobs.tracking.mlflow_logger import RunLogger
@@ -85,10 +85,11 @@ def local_attempt(
     *,
     started_at: float,
     start_step: int,
-    failure: str | None,
+    failure: Failure | None,
     final_step: int | None = None,
 ) -> AttemptRecord:
-    """The record of a local launch of the ranks that just ended (``failure``: why, or None).
+    """The record of a local launch of the ranks that just ended (``failure``: why, as the
+    ranks' logs classify it; None for a success).
 
     A failed launch reached the last step rank 0 logged; its newest verified checkpoint is
     where the next attempt starts.
@@ -109,6 +110,4 @@ def local_attempt(
         started_at=started_at,
         ended_at=time.time(),
     )
-    # a local launch's failure is not classified: ``ffjobs run --resume`` or Airflow retries it
-    why = Failure(FailureKind.UNKNOWN, retryable=True, summary=failure) if failure else None
-    return attempt_record(len(read_attempts(run)) + 1, result, why)
+    return attempt_record(len(read_attempts(run)) + 1, result, failure)

@@ -30,6 +30,10 @@ class TrainJob:
     Without one, a key of the user's own for this checkpoint folder."""
     quarantine: str | None = None
     """File listing the images validation rejected; the training index skips them."""
+    validated_files: str | None = None
+    """The files validation passed, with their sizes and versions (``<run>/validation/``): each
+    rank refuses a dataset that differs, before its first step. None: no check (a run without
+    validation, or ``data`` memory)."""
     data: str = "dataset"
     mode: str = "train"
     """``train``, or ``bench`` (``ffjobs bench train``: timed steps, no checkpoints kept)."""

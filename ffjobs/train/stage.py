@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ffjobs.config import Config
 from ffjobs.errors import ExitCode, UserError
@@ -16,6 +18,10 @@ from ffjobs.train.attempts import (
 )
 from ffjobs.train.job import TrainJob
 from ffjobs.train.signing import load_or_create_key, run_key_file
+
+if TYPE_CHECKING:
+    from ffjobs.local_ranks import LaunchFailed
+    from ffjobs.slurm.failures import Failure
 
 
 def train_job(config: Config, checkpoint_dir: str, **fields: Any) -> TrainJob:
@@ -34,18 +40,20 @@ def train_job(config: Config, checkpoint_dir: str, **fields: Any) -> TrainJob:
 
 def run_train_job(config: Config, run: Run, *, data: str | None = None) -> TrainJob:
     """The job every rank of ``run`` trains, whoever starts it (the train stage, the Airflow
-    operator): its checkpoints, MLflow run, spool, quarantine and signing key, and the inputs
-    the run started training on (:func:`run_inputs`)."""
+    operator): its checkpoints, MLflow run, spool, quarantine, the files its validation passed
+    and signing key, and the inputs the run started training on (:func:`run_inputs`)."""
     data = run_inputs(run, data)
     key_file = run_key_file(run.dir).resolve()
     load_or_create_key(key_file)  # before any rank starts: every rank reads this one
+    validated = run.facts("validate")
     return train_job(
         config,
         run.checkpoint_dir,
         signing_key_file=str(key_file),
         mlflow_run_id=run.mlflow_run_id,
         tracking_dir=str(run.tracking_dir.resolve()),
-        quarantine=run.facts("validate").get("quarantine"),
+        quarantine=validated.get("quarantine"),
+        validated_files=validated.get("validated_files"),
         data=data,
     )
 
@@ -95,15 +103,15 @@ def train_stage(
                 job, config.slurm.tasks_per_node, log_dir=log_dir, quiet_stdout=run.quiet_stdout
             )
     except LaunchFailed as exc:
-        summary = str(exc).splitlines()[0]
-        _record_local_attempt(run, started_at, start_step, summary)
+        failure = launch_failure(exc, log_dir, config.slurm.tasks_per_node, config.slurm.retry_oom)
+        _record_local_attempt(run, started_at, start_step, failure)
         return StageOutcome(
             "train",
             "failed",
             0.0,
-            summary,
+            failure.summary,
             ExitCode.FAILED,
-            facts={"log": str(exc.log), "failed_rank": exc.rank},
+            facts={"log": str(exc.log), "failed_rank": exc.rank, "failure": failure.kind.value},
         )
     start, final = result.get("start_step"), result.get("final_step")
     if start != final or read_attempts(run):  # a launch that trained, or one after a failure
@@ -142,6 +150,24 @@ def train_stage(
     return StageOutcome("train", "passed", 0.0, summary, facts=facts)
 
 
+def launch_failure(exc: LaunchFailed, log_dir: Path, nproc: int, retry_oom: bool) -> Failure:
+    """Why the local ranks failed, read from their logs as a SLURM job's are (a dataset that
+    changed since validation: DATA, not retryable); the launcher's line (which rank, how it
+    ended, its log) follows the verdict. What nothing recognises stays UNKNOWN with that line
+    alone, retryable by a resume or an Airflow retry."""
+    from ffjobs.local_ranks import rank_log
+    from ffjobs.slurm.failures import FailureKind, classify_failure, read_rank_logs
+
+    line = str(exc).splitlines()[0]
+    codes = {exc.rank: exc.returncode} if exc.rank is not None else {}
+    paths = {rank: rank_log(log_dir, rank) for rank in range(nproc)}
+    logs = read_rank_logs(paths, exit_codes_by_rank=codes)
+    failure = classify_failure(None, exc.returncode, logs, retry_oom=retry_oom)
+    if failure.kind is FailureKind.UNKNOWN:
+        return replace(failure, summary=line)
+    return replace(failure, summary=f"{failure.summary}; {line}")
+
+
 def _checkpoint_step(run: Run) -> int:
     from ffjobs.train.checkpoint import Checkpointer
 
@@ -150,7 +176,11 @@ def _checkpoint_step(run: Run) -> int:
 
 
 def _record_local_attempt(
-    run: Run, started_at: float, start_step: int, failure: str | None, final: int | None = None
+    run: Run,
+    started_at: float,
+    start_step: int,
+    failure: Failure | None,
+    final: int | None = None,
 ) -> None:
     """The launch that just ended as an attempt of the run, and the run's goodput so far."""
     attempt = local_attempt(

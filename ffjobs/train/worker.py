@@ -34,9 +34,17 @@ MEMORY_EPOCH_STEPS = 1000
 
 
 def build_train_dataset(
-    config: Config, kind: str, world_size: int, quarantine: str | None = None
+    config: Config,
+    kind: str,
+    world_size: int,
+    quarantine: str | None = None,
+    validated_files: str | None = None,
 ) -> torch.utils.data.Dataset:
-    """The dataset the trainer samples from (training identities, minus the quarantine)."""
+    """The dataset the trainer samples from (training identities, minus the quarantine).
+
+    With ``validated_files`` (what the run's validation passed), a dataset whose files were
+    added, removed or changed since raises ``DatasetChangedError`` naming them.
+    """
     tc = config.train
     if kind == "memory":
         # the same items whatever the split into ranks and micro-batches (DDP equivalence);
@@ -52,7 +60,9 @@ def build_train_dataset(
     from ffjobs.data.dataset import FacePairDataset
     from ffjobs.data.index import index_from_config, split_identities
 
-    index = index_from_config(config.data, quarantine=quarantine, s3=config.s3)
+    index = index_from_config(
+        config.data, quarantine=quarantine, s3=config.s3, validated=validated_files
+    )
     train_index, _ = split_identities(index, config.data.val_fraction, config.data.synth.seed)
     return FacePairDataset(
         train_index,
@@ -97,7 +107,9 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
         if tc.compile and tc.compile_cache:  # read once every rank has joined: rank 0 made it
             key_file = job.signing_key_file or user_key_file(job.checkpoint_dir)
             signing_key = load_or_create_key(key_file)
-        dataset = build_train_dataset(config, job.data, env.world_size, job.quarantine)
+        dataset = build_train_dataset(
+            config, job.data, env.world_size, job.quarantine, job.validated_files
+        )
         tracked = env.rank == 0 and job.mode == "train"
         spool = job.tracking_dir if tracked else None  # one writer of training metrics: rank 0
         logger = RunLogger(config.tracking, job.mlflow_run_id, spool, role="train")

@@ -177,12 +177,30 @@ def test_missing_image_in_a_dataloader_worker_is_data_with_the_file_named():
         ("botocore.errorfactory.NoSuchKey: An error occurred (NoSuchKey) when calling the GetObject operation: The specified key does not exist.", None),
         ("ValueError: id_0007/img_0003.jpg changed since validation (sha256 differs)", "id_0007/img_0003.jpg"),
         ("OSError: checksum mismatch for 'train/id_0002/img_0001.png'", "train/id_0002/img_0001.png"),
+        ("FileNotFoundError: [Errno 2] No such file or directory: 'id_0002/01.jpg'", "id_0002/01.jpg"),
     ],
 )  # fmt: skip
 def test_data_error_patterns(exception, data_file):
     text = f'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n{exception}\n'
     failure = classify_failure("FAILED", 1, [rank(0, text)])
     assert failure.kind is FailureKind.DATA and failure.data_file == data_file
+
+
+def test_a_dataset_refused_as_changed_since_validation_is_data_naming_its_files():
+    refusal = (
+        "ffjobs.data.index.DatasetChangedError: dataset /data/config/faces changed since "
+        "validation: 2 removed (id_0002/01.jpg, id_0005/01.jpg), 1 added (id_0003/08.jpg); "
+        "training refused before its first step (validated fingerprint 0123abcd): restore the "
+        "files and resume the run (validation checks them again), or start a new run"
+    )
+    text = f'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n{refusal}\n'
+    failure = classify_failure("FAILED", 1, [rank(0, text, node="node1"), rank(1, text)])
+    assert failure.kind is FailureKind.DATA and not failure.retryable
+    assert failure.data_file == "id_0002/01.jpg"
+    assert failure.summary == (
+        "dataset changed since validation, training refused on rank 0 (node1): 2 removed "
+        "(id_0002/01.jpg, id_0005/01.jpg), 1 added (id_0003/08.jpg); not retried"
+    )
 
 
 @pytest.mark.parametrize(
