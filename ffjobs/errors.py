@@ -13,7 +13,15 @@ class ExitCode(IntEnum):
     """Bad input: config, arguments, paths. Nothing was started."""
     RETRYABLE = 3
     """A failure worth retrying (communicator failure, node failure, preemption)."""
+    CANCELLED = 4
+    """A person cancelled the training (``scancel``, an Airflow kill, Ctrl-C on ``ffjobs train
+    --submit --wait``): stopped, not retried; ``ffjobs run --resume`` continues it."""
     INTERRUPTED = 130
+
+
+FAILURE_EXIT_CODES = {"cancelled": ExitCode.CANCELLED}
+"""Training failure kinds (``ffjobs.slurm.failures.FailureKind`` values) with an exit code of
+their own; any other failure exits 3 when retryable, else 1."""
 
 
 class UserError(Exception):

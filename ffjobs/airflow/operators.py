@@ -24,7 +24,9 @@ take their steps from :class:`~ffjobs.train.on_slurm.SlurmTraining` and their de
   the run's attempt budget spent). The budget is the run's, counted from its attempt records:
   an Airflow retry of this task continues it and never starts a new one.
 * A defer timeout or a crashed trigger cancels the job (the trigger's ``on_kill`` covers a
-  person's kill, mark failed or success, or clear).
+  person's kill, mark failed or success, or clear, and notes that an Airflow kill cancelled
+  it). A cancelled attempt is never retried; a later try (a clear) or a DAG run that resumes the
+  run reads it, records it as cancelled and goes on from the newest verified checkpoint.
 
 :class:`PreflightOperator` (the CLI's ``ffjobs preflight`` is the blocking driver; both take
 their steps from :mod:`ffjobs.preflight.launch` and :mod:`ffjobs.preflight.runner`):
@@ -151,14 +153,19 @@ class SlurmStageOperator(BaseOperator):
         return outcome
 
     def _cancel_watched(self, context: Mapping[str, Any], why: str) -> None:
-        from ffjobs.slurm import rank_failures
+        from ffjobs.slurm import cancels
 
         kept = context["task_state_store"].get(STORE_KEY) or {}
         job_id = kept.get("job_id")
         run = attach(self.state)
         if job_id and read_owner(owner_file(run.dir, self.stage)).get("token") == kept.get("token"):
             run.echo(f"cancelling SLURM job {job_id}: {why}")
-            rank_failures.cancel(str(job_id))
+            by = f"ffjobs ({self.stage} task: the watch ended without an answer)"
+            cancels.cancel(str(job_id), self._job_folder(run, kept), by, why[:200])
+
+    def _job_folder(self, run: Any, kept: Mapping[str, Any]) -> Path | None:
+        """The folder of the kept job's logs, where a note of its cancel goes (None: none)."""
+        return None
 
     def on_kill(self) -> None:
         """Killed on the worker (before it deferred): nothing runs here that owns a job; the
@@ -180,7 +187,7 @@ class TrainOperator(SlurmStageOperator):
         training = self._training(run)
         self._note_start(context, training.run)
         kept = context["task_state_store"].get(STORE_KEY) or {}
-        pending = training.unaccounted(known=kept.get("job_id"))
+        pending = training.read_cancelled(training.unaccounted(known=kept.get("job_id")))
         if pending is not None:
             number, job_id = pending
             submitted_at = kept.get("submitted_at") if kept.get("job_id") == job_id else None
@@ -203,6 +210,16 @@ class TrainOperator(SlurmStageOperator):
         )
         supervision = training.supervision()
         return self._next(context, training, supervision, training.account(supervision, result))
+
+    def _job_folder(self, run: Any, kept: Mapping[str, Any]) -> Path | None:
+        from submitit.core.utils import JobPaths
+
+        from ffjobs.slurm.executor import job_folder
+
+        if kept.get("attempt") is None:
+            return None
+        base = job_folder(run.config.slurm.folder, run.key, int(kept["attempt"]))
+        return JobPaths(base, job_id=str(kept["job_id"])).folder
 
     def _training(self, run: Any) -> Any:
         from ffjobs.train.on_slurm import SlurmTraining

@@ -9,7 +9,8 @@ It never submits anything: the triggerer runs ``run()`` again from the start aft
 restart, and the operator alone submits.
 
 On kill (a person marked the deferred task failed or success, or cleared it) it cancels the job,
-but only a job that still belongs to it: the run's owner file must name the job, the try that
+noting beside the job's logs that an Airflow kill did (:mod:`ffjobs.slurm.cancels`: the attempt
+is then recorded as cancelled, never retried), but only a job that still belongs to it: the run's owner file must name the job, the try that
 deferred to this trigger and this very run of the trigger. A trigger whose triggerer lost its
 heartbeat and whose work moved to another triggerer (which then claimed the job), or one whose
 kill arrives after a later try re-attached to the job, cancels nothing. ``cleanup`` cancels
@@ -31,6 +32,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ffjobs.airflow.hooks import SlurmHook, claim_watch, owns
 from ffjobs.slurm.accounting import AccountingError
+from ffjobs.slurm.cancels import leave_note
 from ffjobs.slurm.jobstate import JobState, JobStatus
 from ffjobs.slurm.rank_failures import Ended, EndWatch
 
@@ -128,6 +130,9 @@ class SlurmJobTrigger(BaseTrigger):
                     self.job_id,
                     reports[0].get("task"),
                 )
+                why = f"task {reports[0].get('task')} reported {reports[0].get('error')}"[:200]
+                await asyncio.to_thread(leave_note, self.folder, self.job_id, "ffjobs", why,
+                                        ours=True)  # fmt: skip
                 await self.hook.cancel(self.job_id)
             return step if isinstance(step, Ended) else None
         pending = await self.hook.nodes_still_completing(self.job_id)
@@ -153,4 +158,15 @@ class SlurmJobTrigger(BaseTrigger):
             self.log.info("job %s is not this trigger's to cancel any more", self.job_id)
             return
         self.log.warning("task killed: cancelling SLURM job %s", self.job_id)
+        if self.folder is not None:
+            await asyncio.to_thread(leave_note, self.folder, self.job_id, self._killed())
         await self.hook.cancel(self.job_id)
+
+    def _killed(self) -> str:
+        """What cancelled the job, as its attempt will say: the Airflow kill of which task."""
+        ti = getattr(self, "task_instance", None)  # set by the triggerer that runs us
+        names = [getattr(ti, name, None) for name in ("dag_id", "task_id", "run_id")]
+        if not all(names):
+            return "an Airflow kill of the task"
+        dag, task, run = names
+        return f"an Airflow kill of task {dag}.{task} (run {run})"

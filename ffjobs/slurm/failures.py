@@ -29,6 +29,10 @@ Precedence, first match wins:
     unreadable end (a rank killed with no log) is more often the machine than the code. A job
     ``CANCELLED`` with nothing in its logs is not retried: someone cancelled it on purpose.
 
+A person's cancel is not classified here: the supervisor knows from accounting and ffjobs'
+own note (:mod:`ffjobs.slurm.cancels`) who cancelled a job, and a cancel that ffjobs did not
+make after a rank failure is CANCELLED (:func:`cancel_failure`), never retried.
+
 Suspect nodes (COMMUNICATOR, NODE_FAILURE and UNKNOWN only; they are the nodes to exclude on a
 retry) are the first culprit found of: a rank killed by a signal that reported no
 communicator error itself (the others are its victims); the ranks without a communicator error
@@ -62,6 +66,8 @@ class FailureKind(StrEnum):
     USER_CODE = "user_code"
     CONFIG = "config"
     DATA = "data"
+    CANCELLED = "cancelled"
+    """A person cancelled the job (``scancel``, an Airflow kill, Ctrl-C on ``--wait``)."""
     UNKNOWN = "unknown"
 
 
@@ -506,6 +512,30 @@ def _continuation(lines: list[str], start: int, limit: int = 4) -> list[str]:
 
 def _excerpt(traceback: _Traceback) -> str:
     return "\n".join(traceback.lines[-TRACEBACK_LINES:])
+
+
+def cancel_failure(
+    ranks: Sequence[RankLog], cancelled_by: str | None, checkpoint_step: int | None = None
+) -> Failure | None:
+    """The verdict on a job that was CANCELLED and not by ffjobs after a rank failure: a
+    person's cancel, never retried; ``cancelled_by`` says who and through what. None when
+    slurmstepd's banner says SLURM itself ended it (node failure, pre-emption, time limit:
+    ``PreemptMode=CANCEL`` records those as CANCELLED), which :func:`classify_failure` reads."""
+    findings = [_scan(log) for log in sorted(ranks, key=lambda log: log.rank)]
+    if _state_from_logs(findings):
+        return None
+    who = cancelled_by or "someone accounting does not name"
+    resume = (
+        f"an explicit resume continues from step {checkpoint_step}"
+        if checkpoint_step is not None
+        else "an explicit resume starts it again"
+    )
+    return Failure(
+        kind=FailureKind.CANCELLED,
+        retryable=False,
+        summary=f"cancelled by {who}; not retried ({resume})",
+        evidence=(f"slurm: job state CANCELLED by {who}",),
+    )
 
 
 def _data_file(traceback: _Traceback | None) -> str | None:

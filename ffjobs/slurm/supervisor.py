@@ -8,6 +8,12 @@ nodes excluded. Resuming from the newest verified checkpoint is the job's own bu
 trainer always resumes). A requeue that submitit did on USR2 (checkpoint, requeue, go on) is
 part of one attempt; a run that SLURM ended on a node failure and requeued itself under the same
 job id is an attempt of its own, which the backend reports in ``AttemptResult.requeued``.
+
+A person's cancel (``scancel``, an Airflow kill, Ctrl-C on ``ffjobs train --submit --wait``) ends
+the attempt as CANCELLED and is never retried; a job ffjobs cancelled itself because a rank
+reported a failure (``AttemptResult.cancelled_by_us``) is classified by that failure. A
+cancelled attempt stops the supervisor, but a later explicit start (``ffjobs run --resume``)
+goes on after it (:meth:`Supervision.start`), from the newest verified checkpoint.
 Standard library only.
 """
 
@@ -18,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from ffjobs.slurm.failures import Failure, FailureKind, RankLog, classify_failure
+from ffjobs.slurm.failures import Failure, FailureKind, RankLog, cancel_failure, classify_failure
 from ffjobs.slurm.jobstate import JobState
 
 # The classifier speaks SLURM's state names; these JobStates are spelled differently there.
@@ -92,6 +98,12 @@ class AttemptResult:
     requeued: tuple[AttemptResult, ...] = ()
     """Earlier runs of the same job that SLURM ended and requeued itself (a node failure):
     each is an attempt of its own, recorded before this one."""
+    cancelled_by: str | None = None
+    """A CANCELLED attempt: who and through what, as far as SLURM accounting and ffjobs' own
+    note say (e.g. ``user alice (uid 1000) through scancel``)."""
+    cancelled_by_us: bool = False
+    """ffjobs cancelled the job itself because a rank reported a failure: the attempt is
+    classified by that failure, not as a cancel."""
 
 
 class AttemptBackend(Protocol):
@@ -270,6 +282,11 @@ def excluded_after(
     return tuple(dict.fromkeys(nodes))
 
 
+RESUMABLE_KINDS = frozenset({FailureKind.CANCELLED.value})
+"""Failures never retried, after which an explicit start may go on (:meth:`Supervision.start`):
+a person's cancel."""
+
+
 def decide(
     records: Sequence[AttemptRecord],
     policy: RetryPolicy,
@@ -340,7 +357,17 @@ class Supervision:
     def start(self) -> Decision:
         """Before submitting anything: ``Retry`` (at once) with the nodes to leave out, or why
         not (the run's last attempt succeeded or cannot be retried, its budget is spent, or too
-        few nodes are left)."""
+        few nodes are left).
+
+        Starting is a person's explicit act (a resume, a cleared Airflow task; an Airflow
+        retry never follows these stops): after a cancelled attempt (:data:`RESUMABLE_KINDS`)
+        it goes on, within the budget."""
+        if self.records and self.records[-1].kind in RESUMABLE_KINDS:
+            if len(self.records) >= self.policy.max_attempts:
+                return Stop(f"attempt budget of {self.policy.max_attempts} spent")
+            after = excluded_after(self.records, self.exclude)
+            shortage = _node_shortage(self.usable_nodes, after, self.nodes_needed)
+            return Stop(shortage) if shortage else Retry(after, 0.0)
         if self.records:
             decision = self.decide()
             return replace(decision, delay_s=0.0) if isinstance(decision, Retry) else decision
@@ -374,6 +401,11 @@ class Supervision:
         lines.append((entry, line))
         return lines, decision
 
+    def add(self, result: AttemptResult) -> list[AttemptRecord]:
+        """Add the attempts ``result`` reports to :attr:`records` without deciding what comes
+        next: a job read before a start (:meth:`start` decides after it)."""
+        return [self._add(run) for run in (*result.requeued, result)]
+
     def outcome(self, decision: Decision) -> SupervisedOutcome:
         """How supervising ended: this process's attempts, the run's goodput and exclude list."""
         last = self.records[-1] if self.records else None
@@ -387,7 +419,9 @@ class Supervision:
 
     def _add(self, result: AttemptResult) -> AttemptRecord:
         failure = None
-        if result.state is not JobState.SUCCEEDED:
+        if result.state is JobState.CANCELLED and not result.cancelled_by_us:
+            failure = cancel_failure(result.ranks, result.cancelled_by, result.checkpoint_step)
+        if failure is None and result.state is not JobState.SUCCEEDED:
             state = result.slurm_state or _CLASSIFIER_STATE.get(result.state, result.state.value)
             failure = self.classify(
                 state, result.exit_code, result.ranks,

@@ -11,6 +11,12 @@ Pre-emption and time limits: SLURM signals every task with USR2 ahead of time; t
 turns that into one consistent checkpoint on every rank and stops, then rank 0 hands over to
 submitit's own handler, which pickles the same task again and requeues the job (same job id);
 the requeued job resumes from that checkpoint.
+
+A cancel is not undone: ``scancel`` sends SIGTERM, and the ranks checkpoint and stop as for
+USR2, but nothing requeues the job (:attr:`ffjobs.train.stop.StopRequest.requeue`). Who or what
+cancelled it is read when the attempt ends (:mod:`ffjobs.slurm.cancels`): a cancel ffjobs made
+after a rank reported a failure is classified by that failure; any other is the attempt's end,
+never retried.
 """
 
 from __future__ import annotations
@@ -19,13 +25,14 @@ import contextlib
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ffjobs.slurm import rank_failures
+from ffjobs.slurm import cancels, rank_failures
 from ffjobs.slurm.accounting import AccountingError, Runner, run_command
 from ffjobs.slurm.failures import RankLog
 from ffjobs.slurm.jobstate import (
@@ -66,6 +73,7 @@ class TrainingTask:
 
         # submitit installed its requeue handler before calling us; the trainer replaces it
         # with the stop request, and rank 0 gives it back once every rank has checkpointed
+        # ahead of a pre-emption or the time limit (never after a cancel: SIGTERM)
         requeue = signal.getsignal(signal.SIGUSR2)
         env = submitit.helpers.TorchDistributedEnvironment().export(
             set_cuda_visible_devices=False, overwrite=True
@@ -78,7 +86,7 @@ class TrainingTask:
             node = here.hostnames[here.node]
             rank_failures.report(here.paths.folder, here.job_id, env.rank, node, exc)
             raise
-        if result.get("stopped_early") and env.rank == 0 and callable(requeue):
+        if result.get("requeue") and env.rank == 0 and callable(requeue):
             requeue(signal.SIGUSR2, None)  # submitit: checkpoint() below, requeue, exit
         return result
 
@@ -328,26 +336,41 @@ class SlurmAttempts:
 
     def _wait(self, job_id: str, folder: Path) -> tuple[JobStatus, tuple[str, ...]]:
         """Poll until the job ends (:class:`~ffjobs.slurm.rank_failures.EndWatch`: a job whose
-        rank reported a failure is cancelled); (its status, nodes that never confirmed its end)."""
+        rank reported a failure is cancelled); (its status, nodes that never confirmed its end).
+
+        Ctrl-C cancels the job (a person's cancel: the ranks checkpoint and stop, nothing
+        requeues it) and waits for its end; a second Ctrl-C stops waiting at once."""
         from submitit.core.utils import JobPaths
 
         folder = JobPaths(folder, job_id=job_id).folder  # the pattern's %j made this job's
         watch, reports = rank_failures.EndWatch(), []
         while True:
-            status = poll_jobs([job_id])[job_id]
-            if not watch.cancelled:
-                reports = (
-                    [] if status.is_terminal else rank_failures.current_reports(folder, job_id)
+            try:
+                status = poll_jobs([job_id])[job_id]
+                if not watch.cancelled:
+                    reports = (
+                        [] if status.is_terminal else rank_failures.current_reports(folder, job_id)
+                    )
+                    step = watch.before_cancel(status, reports, time.time())
+                    if step == "cancel":
+                        cancels.cancel(job_id, folder, "ffjobs", _reported(reports), ours=True)
+                else:  # accounting says CANCELLED at once; squeue knows who has not ended it yet
+                    pending = rank_failures.nodes_still_completing(job_id)
+                    step = watch.after_cancel(status, pending, time.time())
+                if isinstance(step, rank_failures.Ended):
+                    return step.status, step.unconfirmed
+                time.sleep(watch.interval(self.poll_s, reports))
+            except KeyboardInterrupt:
+                if watch.cancelled:
+                    raise
+                print(
+                    f"interrupted: cancelling SLURM job {job_id}; its ranks checkpoint and stop "
+                    "(Ctrl-C again to stop waiting for them)",
+                    file=sys.stderr,
+                    flush=True,
                 )
-                step = watch.before_cancel(status, reports, time.time())
-                if step == "cancel":
-                    rank_failures.cancel(job_id)
-            else:  # accounting says CANCELLED at once; squeue knows who has not ended it yet
-                pending = rank_failures.nodes_still_completing(job_id)
-                step = watch.after_cancel(status, pending, time.time())
-            if isinstance(step, rank_failures.Ended):
-                return step.status, step.unconfirmed
-            time.sleep(watch.interval(self.poll_s, reports))
+                cancels.cancel(job_id, folder, "Ctrl-C on ffjobs train --submit --wait")
+                watch = _Interrupted()
 
     def _result(
         self,
@@ -359,8 +382,17 @@ class SlurmAttempts:
     ):
         """The attempt as the logs, the checkpoints and accounting tell it; earlier runs of the
         same job that SLURM ended on a node failure and requeued become ``requeued`` results."""
+        from submitit.core.utils import JobPaths
+
         from ffjobs.train.checkpoint import Checkpointer
 
+        cancelled_by, ours = None, False
+        if status.state is JobState.CANCELLED:
+            note = cancels.read_note(JobPaths(folder, job_id=job_id).folder, job_id)
+            ours = note is not None and note.ours
+            if not ours:  # a person's cancel: its ranks' last checkpoint and logs first
+                _settle(job_id)
+                cancelled_by = cancels.who_cancelled(note, cancels.cancelled_by_user(job_id))
         ranks = self._rank_logs(job_id, status.nodes, status.exit_code, folder)
         # every start of the ranks, in log order: (when, from which step, steps it logged); the
         # first is where the attempt began, later ones are restarts inside the allocation (the
@@ -401,6 +433,8 @@ class SlurmAttempts:
             slurm_state=status.slurm_state,
             lost_nodes=(*unconfirmed, *unresponsive_nodes(status.nodes)) if failed else (),
             requeued=tuple(requeued),
+            cancelled_by=cancelled_by,
+            cancelled_by_us=ours,
         )
 
     def _rank_logs(self, job_id: str, nodes, exit_code: int | None, folder: Path) -> list[RankLog]:
@@ -417,6 +451,41 @@ class SlurmAttempts:
             text = _read(paths.stderr) + _read(paths.stdout)
             ranks.append(RankLog(rank=task, node=node, text=text, exit_code=exit_code))
         return ranks
+
+
+SETTLE_S = 60.0
+"""How long, at most, a job a person cancelled is given to end on its nodes (its ranks write
+their last checkpoint after SIGTERM, within SLURM's ``KillWait``) before it is read."""
+
+
+class _Interrupted(rank_failures.EndWatch):
+    """The watch of a job Ctrl-C cancelled: it has ended once accounting says so; a second
+    Ctrl-C is not caught again."""
+
+    def __init__(self) -> None:
+        super().__init__(cancelled_at=time.time())
+
+    def after_cancel(self, status: JobStatus, pending: tuple[str, ...], now: float):
+        return rank_failures.Ended(status) if status.is_terminal else "wait"
+
+
+def _reported(reports: list[dict[str, Any]]) -> str:
+    """Why ffjobs cancels a job whose rank reported a failure, in a few words."""
+    first = reports[0] if reports else {}
+    return f"task {first.get('task', '?')} reported {first.get('error', 'a failure')}"[:200]
+
+
+def _settle(job_id: str, runner: Runner = run_command) -> None:
+    """Wait (at most :data:`SETTLE_S`) until no node is still completing ``job_id``: accounting
+    says CANCELLED at once, while the ranks still write the checkpoint they stop at."""
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
+        try:
+            if not rank_failures.completing_nodes(runner(rank_failures.completing_argv(job_id))):
+                return
+        except AccountingError:  # squeue no longer knows the job: it has ended everywhere
+            return
+        time.sleep(0.5)
 
 
 def run_jobs(run_key: str, runner: Runner = run_command) -> list[str]:

@@ -12,7 +12,8 @@ node (an agent whose workers were healthy restarts them without counting), and t
 be assigned to other nodes after a restart, so only shared storage gives every rank one answer.
 
 The pause (``pause_at_step`` until ``pause_until_file`` exists) needs no marker: once the file
-exists, a restarted job passes the step without waiting.
+exists, a restarted job passes the step without waiting. A stop request (a signal) ends the pause
+too, as it would reach a training loop: the rank trains the step, checkpoints and stops.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,12 +92,13 @@ class FaultInjector:
             self.store.write(marker_name(kind), json.dumps(record).encode())
         return True
 
-    def before_step(self, step: int) -> None:
-        """Called as ``step`` starts: pause, kill or hang this rank if a drill says so."""
+    def before_step(self, step: int, stopping: Callable[[], bool] = lambda: False) -> None:
+        """Called as ``step`` starts: pause, kill or hang this rank if a drill says so.
+        ``stopping``: whether the rank was asked to stop (that ends a pause)."""
         self.step = step
         cfg = self.config
         if cfg.pause_at_step == step:
-            self._pause(step, Path(cfg.pause_until_file))
+            self._pause(step, Path(cfg.pause_until_file), stopping)
         if cfg.kill_rank == self.rank and cfg.kill_at_step == step and self._arm("kill", step):
             print(f"[fault] rank {self.rank}: SIGKILL at step {step}", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -114,8 +117,9 @@ class FaultInjector:
                 )
             raise ValueError(f"injected bug in the training step at step {step}")
 
-    def _pause(self, step: int, until: Path) -> None:
-        """Wait, between steps (no collective is open), until ``until`` exists."""
+    def _pause(self, step: int, until: Path, stopping: Callable[[], bool]) -> None:
+        """Wait, between steps (no collective is open), until ``until`` exists or the rank is
+        asked to stop."""
         if until.exists():
             return
         print(
@@ -124,11 +128,12 @@ class FaultInjector:
             flush=True,
         )
         started = time.monotonic()
-        while not until.exists():
+        while not until.exists() and not stopping():
             time.sleep(PAUSE_POLL_S)
         waited = time.monotonic() - started
+        why = "; asked to stop" if stopping() else ""
         print(
-            f"[fault] rank {self.rank}: going on with step {step} after {waited:.1f} s paused",
+            f"[fault] rank {self.rank}: going on with step {step} after {waited:.1f} s paused{why}",
             file=sys.stderr,
             flush=True,
         )

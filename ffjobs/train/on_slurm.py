@@ -7,15 +7,22 @@ records (``<run>/train/attempts.jsonl``), the job that no record accounts for ye
 run record, where every job id goes right after ``sbatch``, and in SLURM accounting by the run's
 name), the submission of the next attempt, and the accounting of an attempt that ended. The
 decision between attempts is :func:`ffjobs.slurm.supervisor.decide`'s.
+
+A job of the run that a person cancelled while nobody watched it (an Airflow kill, Ctrl-C
+twice, ``scancel`` of a job submitted without ``--wait``) is read and recorded as cancelled
+before a driver starts (:meth:`SlurmTraining.read_cancelled`): a start is a person's explicit
+act (``ffjobs run --resume``, a cleared or resumed Airflow task), and it goes on after the
+cancel from the newest verified checkpoint.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ffjobs.config import Config
-from ffjobs.errors import ExitCode
+from ffjobs.errors import FAILURE_EXIT_CODES, ExitCode
 from ffjobs.runs.run import Run, StageOutcome
 from ffjobs.slurm.supervisor import (
     AttemptResult,
@@ -93,6 +100,25 @@ class SlurmTraining:
                 return number, job_id
         return None
 
+    def read_cancelled(self, pending: tuple[int, str] | None) -> tuple[int, str] | None:
+        """``pending`` (:meth:`unaccounted`), unless it is a job a person cancelled while
+        nobody watched it: that one is read and recorded now (None is returned), so that the
+        start that follows decides after it instead of stopping on it."""
+        from ffjobs.slurm.jobstate import JobState, poll_jobs
+
+        if pending is None:
+            return None
+        number, job_id = pending
+        status = poll_jobs([job_id])[job_id]
+        if status.state is not JobState.CANCELLED:
+            return pending
+        result = self.backend.ended(number, job_id, status, time.time())
+        for entry in self.supervision().add(result):
+            record_attempt(self.run, self.run.logger, entry)
+            self.run.echo(f"attempt {entry.number}: job {entry.job_id} ended while nobody "
+                          f"watched it: {entry.summary}")  # fmt: skip
+        return None
+
     def submit(self, supervision: Supervision, decision: Retry) -> tuple[int, str]:
         """Submit the run's next attempt as ``decision`` says (its exclude list, and its wait as
         a start time: ``sbatch --begin``); (attempt, job id), recorded in ``run.json`` at once."""
@@ -129,6 +155,9 @@ class SlurmTraining:
             return StageOutcome("train", "passed", 0.0, summary, facts=facts)
         final = supervised.final
         code = ExitCode.RETRYABLE if final and final.retryable else ExitCode.FAILED
+        if final is not None and final.kind.value in FAILURE_EXIT_CODES:
+            code = FAILURE_EXIT_CODES[final.kind.value]
+            facts["failure"] = final.kind.value
         return StageOutcome("train", "failed", 0.0, supervised.reason, code, facts=facts)
 
     def _recorded_attempt(self, job_id: str) -> int | None:
@@ -161,7 +190,7 @@ def train_on_slurm(config: Config, run: Run, job: TrainJob, *, wait: bool) -> St
         )
         facts = {"job_id": live, "checkpoint_dir": job.checkpoint_dir}
         return StageOutcome("train", "submitted", 0.0, summary, facts=facts)
-    training.backend.attach = pending
+    training.backend.attach = training.read_cancelled(pending)
     supervision = training.supervision()
     outcome = supervise(
         training.backend,

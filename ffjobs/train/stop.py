@@ -1,9 +1,15 @@
 """A request to stop training cleanly: a signal asks, the ranks agree, the loop checkpoints.
 
 SLURM and submitit signal a job before its time limit or a pre-emption (``--signal``,
-USR1/USR2), and SIGTERM comes first on ``scancel`` and node drains. The handler only sets a
-flag; the training loop reads it at its next logging step, where every rank agrees on it
-(one all-reduce), so all ranks write the same checkpoint and stop at the same step.
+USR1/USR2), and SIGTERM comes first on ``scancel``. The handler only sets a flag; the training
+loop reads it at its next logging step, where every rank agrees on it (one all-reduce), so all
+ranks write the same checkpoint and stop at the same step.
+
+The ranks also agree on why (:attr:`StopRequest.requeue`): USR1/USR2 come ahead of a
+pre-emption or the time limit, and the job is to go on after its checkpoint (submitit requeues
+it, :mod:`ffjobs.slurm.training`); SIGTERM is a cancel (``scancel``, an Airflow kill, Ctrl-C on
+``ffjobs train --submit --wait``, which cancels its job), and the job stops after its
+checkpoint. A SIGTERM on any rank wins: a person's cancel is never undone by a requeue.
 
 A rank stuck in a collective (its peer hung or died) can never get there, and SIGTERM is also
 what ``srun --kill-on-bad-exit`` and torch's elastic agent send to the survivors of a failed
@@ -29,6 +35,8 @@ import torch
 import torch.distributed as dist
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+REQUEUE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+"""Sent ahead of a pre-emption or the time limit: checkpoint, stop, and the job goes on."""
 MIN_GRACE_S = 1.0
 """Shortest wait for a step after SIGTERM before a rank counts as stuck."""
 UNKNOWN_STEP_GRACE_S = 30.0
@@ -41,6 +49,12 @@ class StopRequest:
     def __init__(self, rank: int):
         self.rank = rank
         self.requested = False
+        self.requeue = False
+        """Whether the stop is ahead of a pre-emption or the time limit (USR1/USR2 only, on
+        every rank that was signalled): the job is to go on after its checkpoint. False for a
+        cancel (SIGTERM)."""
+        self._cancelled = False
+        self._ended = False  # the loop is over: the rank is ending on its own
         self._steps = 0
         self._step_starts: list[float] = []
         self._busy = 0
@@ -57,6 +71,7 @@ class StopRequest:
     def uninstall(self) -> None:
         """Give the signals back to the handlers :meth:`install` found (a caller that trains
         in its own process gets its SIGTERM back once training has ended)."""
+        self._ended = True
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
@@ -107,7 +122,7 @@ class StopRequest:
             pass
         grace, seen = self.grace_s(), self._steps
         time.sleep(grace)
-        if self._steps == seen and not self._busy:
+        if self._steps == seen and not self._busy and not self._ended:
             print(
                 f"rank {self.rank}: SIGTERM and no training step started within {grace:.1f} s: "
                 "stuck in a collective with a failed peer; exiting now instead of at SIGKILL",
@@ -117,18 +132,27 @@ class StopRequest:
             os._exit(128 + signal.SIGTERM)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
+        requeue = signum in REQUEUE_SIGNALS
+        why = "ahead of a pre-emption or the time limit" if requeue else "a cancel: no requeue"
         print(
-            f"rank {self.rank}: got signal {signum}; will checkpoint and stop",
+            f"rank {self.rank}: got signal {signum}; will checkpoint and stop ({why})",
             file=sys.stderr,
             flush=True,
         )
+        self._cancelled = self._cancelled or not requeue
         self.requested = True
+        self.requeue = not self._cancelled
 
     def agree(self, device: torch.device, world_size: int) -> bool:
         """Collective: True on every rank if any rank was asked (signals reach ranks at
-        different steps); the answer is kept in :attr:`requested`."""
+        different steps); the answer is kept in :attr:`requested`, and why in
+        :attr:`requeue` (a cancel on any rank makes it False on all)."""
         if world_size > 1:
-            flag = torch.tensor([1.0 if self.requested else 0.0], device=device)
+            # 0: not asked; 1: asked to requeue; 2: cancelled (the highest wins)
+            mine = 2.0 if self._cancelled else 1.0 if self.requested else 0.0
+            flag = torch.tensor([mine], device=device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            self.requested = bool(flag.item())
+            agreed = flag.item()
+            self.requested, self._cancelled = agreed > 0, agreed > 1
+            self.requeue = agreed == 1
         return self.requested

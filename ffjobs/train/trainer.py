@@ -69,6 +69,9 @@ class TrainResult:
     start_step: int
     final_step: int
     stopped_early: bool = False
+    requeue: bool = False
+    """Stopped ahead of a pre-emption or the time limit (USR1/USR2): the job is to go on from
+    the checkpoint. False for a cancel (SIGTERM): the job stops there."""
     last_checkpoint: str | None = None
     history: list[dict[str, float]] = field(default_factory=list)
 
@@ -331,7 +334,7 @@ class Trainer:
         for _ in range(count):
             step = self.step + 1
             self.stop.step_started()
-            self.faults.before_step(step)
+            self.faults.before_step(step, lambda: self.stop.requested)
             with self.meter.data_wait(), record_function("ffjobs.data_wait"):
                 micro_batches = [self.data.next() for _ in range(self.tc.grad_accum)]
             losses = self.train_step(micro_batches)
@@ -356,8 +359,9 @@ class Trainer:
             result.final_step = step
             yield step
             if self.stop.requested:
-                print0(f"stop requested: checkpoint written at step {step}, exiting")
-                result.stopped_early = True
+                why = "pre-emption or time limit" if self.stop.requeue else "cancel"
+                print0(f"stop requested ({why}): checkpoint written at step {step}, exiting")
+                result.stopped_early, result.requeue = True, self.stop.requeue
                 return
 
     def _report(self, step: int, losses: dict[str, torch.Tensor], steps: int) -> dict[str, float]:

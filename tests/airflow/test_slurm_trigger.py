@@ -163,6 +163,31 @@ def test_on_kill_of_a_trigger_whose_job_another_trigger_now_watches_cancels_noth
     assert new.hook.cancelled == ["42"]
 
 
+def test_the_cancels_it_makes_leave_a_note_saying_whose(tmp_path):
+    """Its own cancel after a rank failure is ffjobs' (classified by the failure); a kill's is
+    a person's, through Airflow (recorded as cancelled, never retried)."""
+    from ffjobs.slurm.cancels import read_note
+
+    (tmp_path / "jobs").mkdir()
+    report = {"time": time.time() - 5, "task": 1, "node": "node2", "restart": 0,
+              "error": "ValueError: injected"}  # fmt: skip
+    running = status(JobState.RUNNING, "RUNNING")
+    hook = ScriptedHook(running, status(JobState.CANCELLED, "CANCELLED"), reports=[report])
+    first_event(trigger(tmp_path, hook))
+    note = read_note(tmp_path / "jobs", "42")
+    assert note is not None and note.ours and note.reason == "task 1 reported ValueError: injected"
+
+    (tmp_path / "jobs" / "42_cancelled.json").unlink()
+    path = tmp_path / "slurm-owner.json"
+    write_owner(path, {"job_id": "42", "token": "1:abc"})
+    made = trigger(tmp_path, ScriptedHook(running))
+    assert claim_watch(path, "42", "1:abc", made.watcher)
+    asyncio.run(made.on_kill())
+    assert made.hook.cancelled == ["42"]
+    note = read_note(tmp_path / "jobs", "42")
+    assert note is not None and not note.ours and note.by == "an Airflow kill of the task"
+
+
 def test_the_trigger_module_imports_no_heavy_library():
     """The triggerer loads the trigger: no torch, numpy, MLflow or submitit in it."""
     import subprocess

@@ -241,3 +241,42 @@ def test_the_budget_is_the_runs_across_airflow_tries(run, cluster):
     with pytest.raises(AirflowFailException, match="attempt budget of 2 spent"):
         operator(run).execute(context(store, try_number=2))
     assert len(cluster.calls("sbatch")) == 2
+
+
+def attempts(run) -> list[dict[str, Any]]:
+    log = run.dir / "train" / "attempts.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_a_job_someone_cancels_while_it_is_watched_fails_the_task_and_is_not_retried(run, cluster):
+    store = Store()
+    kwargs = deferred(lambda: operator(run).execute(context(store)))
+    cluster.end("100", "CANCELLED by 0", exit_code=0)  # scancel by root
+    with pytest.raises(AirflowFailException, match=r"cancelled by user root \(uid 0\) through "
+                       r"scancel; not retried"):  # fmt: skip
+        operator(run).execute_complete(context(store), event(kwargs, cluster))
+    assert len(cluster.calls("sbatch")) == 1
+    (only,) = attempts(run)
+    assert only["kind"] == "cancelled" and not only["retryable"]
+
+
+def test_a_kill_cancels_the_job_and_a_clear_goes_on_after_it(run, cluster):
+    """The trigger's on_kill notes an Airflow kill and cancels the job; the cleared task's next
+    try reads that job as cancelled (nobody read it) and submits the next attempt."""
+    import asyncio
+
+    from ffjobs.airflow.hooks import claim_watch
+    from ffjobs.airflow.triggers import SlurmJobTrigger
+
+    store = Store()
+    kwargs = deferred(lambda: operator(run).execute(context(store)))
+    trigger = SlurmJobTrigger(**kwargs)
+    assert claim_watch(kwargs["owner_file"], "100", kwargs["token"], trigger.watcher)
+    asyncio.run(trigger.on_kill())
+    assert cluster.jobs()["100"]["state"] == "CANCELLED by 0"
+
+    again = deferred(lambda: operator(run).execute(context(store, try_number=2)))
+    assert (again["job_id"], again["attempt"]) == ("101", 2)
+    (first,) = attempts(run)
+    assert first["job_id"] == "100" and first["kind"] == "cancelled", first
+    assert "through an Airflow kill of the task" in first["summary"]

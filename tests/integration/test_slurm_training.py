@@ -209,6 +209,72 @@ def test_preemption_signal_checkpoints_and_requeues_through_submitit(tmp_path, e
     assert_bitwise_equal(ours, straight_run(tmp_path, *more), steps=200)
 
 
+def wait_for_log(tmp_path: Path, text: str, tasks: int = 2, timeout_s: float = 300) -> None:
+    """Until every task's stderr of the run's first job says ``text``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        logs = list((tmp_path / "jobs").glob("*/attempt-1/*/*_log.err"))
+        if len(logs) == tasks and all(text in log.read_text(errors="replace") for log in logs):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the job's tasks never said {text!r} in {timeout_s:.0f} s")
+
+
+@pytest.mark.parametrize("how", ["scancel", "ctrl-c"])
+def test_a_users_cancel_stops_the_run_and_an_explicit_resume_finishes_it(tmp_path, env, how):
+    """``scancel`` (or Ctrl-C on ``ffjobs train --submit --wait``, which cancels its job) of a
+    job whose ranks are held at step 5: SIGTERM, every rank trains step 5, checkpoints it and
+    stops; nothing requeues the job (one run in ``sacct -D``, no REQUEUED), the attempt is
+    recorded as cancelled by the user and through what, the command exits 4 and retries
+    nothing. ``ffjobs run --resume`` then trains on from step 5, bitwise."""
+    import os
+    import pwd
+    import signal
+
+    go_on = tmp_path / "go-on"
+    proc = start(tmp_path, env, "train.faults.pause_at_step=5",
+                 f"train.faults.pause_until_file={go_on}")  # fmt: skip
+    wait_for_log(tmp_path, "paused at step 5")
+    job_id = wait_for_step(tmp_path, 4)
+    if how == "scancel":
+        subprocess.run(["scancel", job_id], env=env, check=True, timeout=30)
+    else:
+        proc.send_signal(signal.SIGINT)
+    code, outcome, attempts = finish(proc)
+    assert code == 4, outcome  # ExitCode.CANCELLED
+    (only,) = attempts
+    assert only["job_id"] == job_id and only["state"] == "CANCELLED"
+    assert only["kind"] == "cancelled" and not only["retryable"], only
+    user = f"{pwd.getpwuid(os.getuid()).pw_name} (uid {os.getuid()})"
+    through = "scancel" if how == "scancel" else "Ctrl-C on ffjobs train --submit --wait"
+    assert f"cancelled by user {user} through {through};" in only["summary"], only
+    assert only["checkpoint_step"] == 5 and only["final_step"] == 5, only
+    assert outcome["facts"]["failure"] == "cancelled" and "not retryable" in outcome["summary"]
+    sacct = ["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State"]
+    out = subprocess.run(sacct, env=env, capture_output=True, text=True, check=True).stdout
+    runs = [state for state in out.splitlines() if state.strip()]
+    assert len(runs) == 1 and runs[0].startswith("CANCELLED by"), runs  # never REQUEUED
+    folder = next((tmp_path / "jobs").glob(f"*/attempt-1/{job_id}"))
+    rank0 = "".join((folder / f"{job_id}_0_log.{end}").read_text() for end in ("err", "out"))
+    assert "a cancel: no requeue" in rank0 and "stop requested (cancel)" in rank0
+    if how != "scancel":
+        return
+
+    go_on.touch()  # the resumed job trains through step 5
+    key = outcome["run_key"]
+    resume = ffjobs("run", "--resume", key, "--stages", "train", "--json",
+                    sets=[f"runs_dir={tmp_path / 'runs'}"])  # fmt: skip
+    result = subprocess.run(resume, cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (train,) = json.loads(result.stdout)["stages"]
+    log = Path(train["facts"]["attempt_log"]).read_text().splitlines()
+    first, second = [json.loads(line) for line in log]
+    assert first["kind"] == "cancelled" and second["kind"] is None
+    assert second["start_step"] == 5 and second["final_step"] == STEPS
+    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight_run(tmp_path))
+
+
 def test_cut_link_names_the_node_and_the_retry_runs_without_it(tmp_path, env):
     """The network link of the node of rank 1 goes down mid-training and stays down."""
     proc = start(tmp_path, env, "train.steps=60", "train.collective_timeout_s=10")

@@ -408,3 +408,89 @@ def test_a_run_whose_last_attempt_succeeded_is_done_without_submitting():
     outcome, records, _, _ = run(backend, earlier=earlier)
     assert backend.calls == [] and outcome.succeeded
     assert outcome.reason == "succeeded after 2 attempt(s)"
+
+
+# --- a person's cancel ------------------------------------------------------------------------
+
+
+def cancelled(*, by: str | None = "user alice (uid 1000) through scancel", ours: bool = False,
+              ranks=None, job_id: str = "501") -> AttemptResult:  # fmt: skip
+    """A job that ended CANCELLED after its ranks checkpointed step 40 and stopped."""
+    stopped = "rank 0: got signal 15; will checkpoint and stop (a cancel: no requeue)\n"
+    return AttemptResult(
+        job_id=job_id, nodes=("node1", "node2"), state=JobState.CANCELLED,
+        slurm_state="CANCELLED", ranks=ranks or [RankLog(0, "node1", stopped, 0)],
+        start_step=0, final_step=40, checkpoint_step=40, started_at=0.0, ended_at=50.0,
+        cancelled_by=by, cancelled_by_us=ours,
+    )  # fmt: skip
+
+
+def test_a_persons_cancel_is_recorded_as_cancelled_and_never_retried():
+    backend = FakeBackend(cancelled(), success())
+    outcome, records, lines, sleeps = run(backend)
+    assert len(backend.calls) == 1 and sleeps == [] and not outcome.succeeded
+    (only,) = records
+    assert only.kind == "cancelled" and not only.retryable and only.state is JobState.CANCELLED
+    assert only.summary == (
+        "cancelled by user alice (uid 1000) through scancel; not retried (an explicit resume "
+        "continues from step 40)"
+    )
+    assert lines == [f"attempt 1/4: job 501 on node1,node2 failed: {only.summary}; stopping"]
+    assert outcome.final is not None and outcome.final.kind is FailureKind.CANCELLED
+
+
+def test_a_cancel_wins_over_what_the_logs_of_its_ranks_say():
+    """Ranks SIGKILLed at the end of SLURM's KillWait leave a peer's communicator errors: a
+    person's cancel still is one, not a communicator failure to retry."""
+    ranks = [RankLog(0, "node1", (DATA / "gloo-read-error-rank0.log").read_text(), 1),
+             RankLog(1, "node2", "", -9)]  # fmt: skip
+    outcome, records, _, _ = run(FakeBackend(cancelled(ranks=ranks), success()))
+    assert [r.kind for r in records] == ["cancelled"] and not outcome.succeeded
+
+
+def test_a_cancel_ffjobs_made_after_a_rank_failure_is_classified_by_that_failure():
+    ranks = [RankLog(0, "node1", (DATA / "gloo-read-error-rank0.log").read_text(), None),
+             RankLog(1, "node2", "[fault] rank 1: SIGKILL at step 20\n", -9)]  # fmt: skip
+    ours = cancelled(by=None, ours=True, ranks=ranks)
+    outcome, records, _, sleeps = run(FakeBackend(ours, success()))
+    assert [r.kind for r in records] == ["communicator", None] and outcome.succeeded
+    assert records[1].excluded == ("node2",) and sleeps == [2.0]
+
+
+def test_slurm_ending_a_job_for_a_pre_emption_is_not_a_persons_cancel():
+    """``PreemptMode=CANCEL`` records a pre-emption as CANCELLED; slurmstepd's banner says."""
+    banner = "slurmstepd: error: *** JOB 501 ON node1 CANCELLED AT 2026-12-01T10:00:00 DUE TO PREEMPTION ***\n"
+    outcome, records, _, _ = run(FakeBackend(cancelled(ranks=[RankLog(0, "node1", banner, None)]),
+                                             success()))  # fmt: skip
+    assert [r.kind for r in records] == ["preemption", None] and outcome.succeeded
+
+
+@pytest.mark.parametrize(
+    ("last", "submits"),
+    [(cancelled(), True), (user_code_failure(), False), (oom_failure(), False)],
+)
+def test_an_explicit_start_goes_on_after_a_cancel_but_not_after_a_fatal_failure(last, submits):
+    """``ffjobs run --resume`` after a cancelled attempt submits the next one (its checkpoint
+    is where it resumes); after a failure no retry can change, it submits nothing."""
+    from ffjobs.slurm.supervisor import Stop, Supervision
+
+    earlier = [classified(gloo_failure(), 1), _classified_cancel(last, 2)]
+    backend = FakeBackend(success(job_id="103"))
+    outcome, records, lines, _ = run(backend, earlier=earlier)
+    assert (backend.calls == [(3, ("node2",))]) is submits, lines
+    assert outcome.succeeded is submits
+    if not submits:
+        assert lines == [f"not submitting: {outcome.reason}"]
+    if submits:  # within the run's budget only
+        spent = Supervision(policy(max_attempts=2), 2, records=earlier).start()
+        assert spent == Stop("attempt budget of 2 spent")
+
+
+def _classified_cancel(result: AttemptResult, number: int):
+    from ffjobs.slurm.failures import cancel_failure
+    from ffjobs.slurm.supervisor import attempt_record
+
+    if result.state is JobState.CANCELLED:
+        failure = cancel_failure(result.ranks, result.cancelled_by, result.checkpoint_step)
+        return attempt_record(number, result, failure)
+    return classified(result, number)

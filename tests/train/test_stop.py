@@ -31,6 +31,40 @@ def test_slurm_stop_signals_set_the_request(sig, restore_handlers, capsys):
     assert f"rank 3: got signal {int(sig)}" in capsys.readouterr().err
 
 
+def test_a_cancel_is_told_from_a_pre_emption_and_wins(restore_handlers, capsys):
+    """USR1/USR2 come ahead of a pre-emption or the time limit: stop, and the job goes on
+    (requeued); SIGTERM is a cancel: stop, no requeue, whatever came before it."""
+    stop = StopRequest(rank=0)
+    stop.install()
+    os.kill(os.getpid(), signal.SIGUSR2)
+    assert stop.requested and stop.requeue
+    assert stop.agree(torch.device("cpu"), world_size=1) and stop.requeue
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.requested and not stop.requeue
+    os.kill(os.getpid(), signal.SIGUSR1)
+    assert not stop.requeue  # a cancel is never undone
+    err = capsys.readouterr().err
+    assert "(ahead of a pre-emption or the time limit)" in err and "(a cancel: no requeue)" in err
+
+
+def _signalled_ranks(env, device) -> list[bool]:
+    """Rank 0 gets USR2, rank 1 SIGTERM; what each rank agrees on: [requested, requeue]."""
+    stop = StopRequest(env.rank)
+    stop.install()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR2 if env.rank == 0 else signal.SIGTERM)
+        stop.agree(device, env.world_size)
+        return [stop.requested, stop.requeue]
+    finally:
+        stop.uninstall()
+
+
+def test_ranks_agree_that_a_cancel_on_any_of_them_is_a_cancel():
+    from train.helpers import run_ranks  # tests/ is on sys.path (rootdir conftest)
+
+    assert run_ranks(2, _signalled_ranks) == [True, False]
+
+
 def test_the_handlers_found_are_given_back(restore_handlers):
     def caller_handler(signum, frame):  # a process that trains in-process: its own handling
         pass
