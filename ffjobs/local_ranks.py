@@ -4,9 +4,15 @@ Training and preflight both start their ranks here (torchrun-style ``RANK``/``WO
 ``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT``), under one failure contract: the first rank
 that exits abnormally stops the others at once (as ``srun --kill-on-bad-exit`` would: a job
 missing a rank can only hang in its next collective), and the error names that rank, how it
-ended and its log. Every rank's output goes to ``<log_dir>/rank-<N>.log``; rank 0's is also
+ended and its log (and, when its last traceback is a storage error, what storage refused, in
+the same line). Every rank's output goes to ``<log_dir>/rank-<N>.log``; rank 0's is also
 shown on the console. Standard library only, so a launcher starts its ranks without importing
 torch itself.
+
+The ranks end with the launcher, whatever ends it (:mod:`ffjobs.process_tree`): each is told
+who launched it (:data:`~ffjobs.process_tree.LAUNCHER_VAR`) and follows it. SIGTERM (and the
+other :data:`FORWARDED_SIGNALS`) is passed on to the ranks, which checkpoint and stop; ranks
+still running :data:`STOP_GRACE_S` after a SIGTERM are killed.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from ffjobs.process_tree import launcher_environment
+
 # Variables that would make a rank believe it is a SLURM/submitit task instead of a local one.
 SCHEDULER_VARS = ("SUBMITIT_EXECUTOR", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
 
@@ -31,6 +39,9 @@ STOPPED_ON_REQUEST = 3
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 """Pre-emption and time-limit signals: passed on to every rank, which checkpoint and stop."""
+STOP_GRACE_S = 60.0
+"""How long ranks have to checkpoint and stop after a SIGTERM passed on to them (SLURM gives
+30 s by default); then they are killed."""
 
 
 class LaunchFailed(RuntimeError):
@@ -122,7 +133,7 @@ def launch_ranks(
         for rank in range(nproc):
             proc = subprocess.Popen(
                 list(command(rank)),
-                env=rank_environment(rank, nproc, port, base=env),
+                env={**rank_environment(rank, nproc, port, base=env), **launcher_environment()},
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -145,20 +156,23 @@ def launch_ranks(
             pump.join(timeout=10)
     if failure is None:
         return
-    rank, code = failure
-    log = rank_log(log_dir, rank if rank is not None else 0)
-    if rank is None:
+    if isinstance(failure, str):
         raise LaunchFailed(
-            f"ranks did not finish within {timeout_s:g} s and were stopped; see {log_dir}",
+            f"ranks {failure} and were stopped; see {log_dir}",
             rank=None,
             returncode=None,
-            log=log,
+            log=rank_log(log_dir, 0),
         )
+    rank, code = failure
+    log = rank_log(log_dir, rank)
     how = f"signal {-code}" if code < 0 else f"exit status {code}"
     others = "; the other ranks were stopped" if nproc > 1 else ""
     tail = _last_lines(log)
+    storage = _storage_error(log)
+    why = f" on a storage error ({storage})" if storage else ""
     raise LaunchFailed(
-        f"rank {rank} ended with {how}{others}; its log: {log}" + (f"\n{tail}" if tail else ""),
+        f"rank {rank} ended with {how}{why}{others}; its log: {log}"
+        + (f"\n{tail}" if tail else ""),
         rank=rank,
         returncode=code,
         log=log,
@@ -180,12 +194,16 @@ def _pump(stream: IO[bytes], log: Path, console: IO[str] | None) -> None:
 
 def _wait_all(
     procs: list[subprocess.Popen], timeout_s: float | None
-) -> tuple[int | None, int] | None:
+) -> tuple[int, int] | str | None:
     """Wait for every rank; on the first abnormal end kill the rest and return ``(rank, code)``;
-    past the deadline kill all and return ``(None, 0)``."""
+    past the deadline, or :data:`STOP_GRACE_S` after a SIGTERM passed on, return why the
+    ranks still running must be stopped."""
+    stop_asked: list[float] = []
     forwarded = {}
 
     def forward(signum: int, _frame: object) -> None:
+        if signum == signal.SIGTERM and not stop_asked:
+            stop_asked.append(time.monotonic())
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signum)
@@ -203,11 +221,25 @@ def _wait_all(
             if all(code is not None for code in codes):
                 return None
             if deadline is not None and time.monotonic() > deadline:
-                return None, 0
+                return f"did not finish within {timeout_s:g} s"
+            if stop_asked and time.monotonic() > stop_asked[0] + STOP_GRACE_S:
+                return f"did not stop within {STOP_GRACE_S:g} s of SIGTERM"
             time.sleep(0.05)
     finally:
         for sig, handler in forwarded.items():
             signal.signal(sig, handler)
+
+
+def _storage_error(log: Path) -> str | None:
+    """What storage refused, if the rank's last traceback says so (a full or refused checkpoint
+    folder: the folder, the file and its free space); None otherwise."""
+    from ffjobs.slurm.failures import MAX_LOG_BYTES, storage_error
+
+    try:
+        text = log.read_bytes()[-MAX_LOG_BYTES:].decode(errors="replace")
+    except OSError:
+        return None
+    return storage_error(text)
 
 
 def _last_lines(log: Path, count: int = 12) -> str:

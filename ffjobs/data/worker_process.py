@@ -9,7 +9,9 @@ database URL Airflow blocks inside tasks. The fresh interpreter starts at this m
 (``python -m ffjobs.data.worker_process FD``) and receives its target over its pipe.
 
 A worker's standard error goes to a file of its own, so that a worker that ends early is
-reported with its own last words (a traceback's last line) rather than a guess.
+reported with its own last words (a traceback's last line) rather than a guess. A worker ends
+with the process that started it, whatever ended that (:mod:`ffjobs.process_tree`): start it
+from a thread that outlives it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
+
+from ffjobs.process_tree import die_with_parent
 
 LAST_WORDS_BYTES = 4096
 """How much of a worker's standard error is read back for its last line."""
@@ -58,7 +62,7 @@ class WorkerProcess:
             if _fork_is_safe():  # milliseconds, and no thread's lock can be copied held
                 self._forked = multiprocessing.get_context("fork").Process(
                     target=_run_forked,
-                    args=(theirs, self._stderr.fileno(), target, args),
+                    args=(theirs, self._stderr.fileno(), os.getpid(), target, args),
                     name=name,
                     daemon=True,
                 )
@@ -66,7 +70,7 @@ class WorkerProcess:
             else:
                 # a module entry point, not spawn: spawn re-runs our __main__ (in a task: airflow)
                 self._fresh = subprocess.Popen(
-                    [sys.executable, "-m", __name__, str(theirs.fileno())],
+                    [sys.executable, "-m", __name__, str(theirs.fileno()), str(os.getpid())],
                     pass_fds=(theirs.fileno(),),
                     stdin=subprocess.DEVNULL,
                     stderr=self._stderr,
@@ -144,19 +148,25 @@ class WorkerProcess:
 
 
 def _run_forked(
-    connection: Connection, stderr_fd: int, target: Callable[..., Any], args: tuple[Any, ...]
+    connection: Connection,
+    stderr_fd: int,
+    parent_pid: int,
+    target: Callable[..., Any],
+    args: tuple[Any, ...],
 ) -> None:
+    die_with_parent(parent_pid)
     os.dup2(stderr_fd, 2)  # native code writes there
     # sys.stderr may be the parent's replacement (a task's log, a test's capture), not fd 2
     sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
     target(connection, *args)
 
 
-def _run_fresh(fd: int) -> None:
+def _run_fresh(fd: int, parent_pid: int) -> None:
+    die_with_parent(parent_pid)
     connection = Connection(fd)
     target, args = connection.recv()
     target(connection, *args)
 
 
 if __name__ == "__main__":
-    _run_fresh(int(sys.argv[1]))
+    _run_fresh(int(sys.argv[1]), int(sys.argv[2]))

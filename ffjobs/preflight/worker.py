@@ -23,6 +23,7 @@ from ffjobs.preflight.config import PreflightConfig
 from ffjobs.preflight.ib import IbPort, check_ib_ports
 from ffjobs.preflight.nccl_env import check_environment
 from ffjobs.preflight.probe import node_name, probe_node, probe_topology
+from ffjobs.process_tree import follow_launcher
 
 if TYPE_CHECKING:  # the launcher imports this module and must not pay for torch
     from ffjobs.train.distributed import DistEnv
@@ -248,4 +249,5 @@ def _join_topology(thread, topology: dict[str, Any], probe: dict[str, Any]) -> N
 
 
 if __name__ == "__main__":
+    follow_launcher()  # started by the local launcher: end with it
     sys.exit(run_rank(sys.argv[1]))

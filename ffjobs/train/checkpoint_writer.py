@@ -9,8 +9,9 @@ through its own copy of the store exactly as a synchronous save does
 the parent waits for its answer and reports the write's time or error.
 
 The writer ignores SIGINT and SIGTERM (the trainer answers those with a last checkpoint, which
-the writer must live to write); it exits when told to (after the write in flight), at the
-parent's normal exit (atexit) and, while idle, as soon as its parent is gone. A writer killed
+the writer must live to write); it exits when told to (after the write in flight) and at the
+parent's normal exit (atexit); it is killed as soon as its parent dies, whatever killed that
+(the kernel's parent-death signal, :mod:`ffjobs.process_tree`), even mid-write. A writer killed
 mid-write leaves at most a hidden temporary file and no manifest, as any crash does. As with
 any spawned process, a script that saves asynchronously keeps its top level under
 ``if __name__ == "__main__":`` (the writer imports the main module).
@@ -31,12 +32,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.multiprocessing
 
+from ffjobs.process_tree import die_with_parent
 from ffjobs.train.snapshot import decode
 
 if TYPE_CHECKING:
     from ffjobs.train.storage import CheckpointStore
 
-POLL_S = 0.5  # how often an idle writer looks for its parent
+POLL_S = 0.5  # how often an idle writer looks for its parent (without a parent-death signal)
 NICENESS = 10
 """The writer's scheduling priority below the trainer's: where cores are short, the training
 loop (which launches the kernels) goes first and the write takes longer."""
@@ -154,6 +156,7 @@ def serve(
     """The writer process: write each ``(step, buffer, encoded)`` request until told to stop."""
     from ffjobs.train.checkpoint import Checkpointer
 
+    die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.nice(NICENESS)

@@ -15,13 +15,16 @@ A stop signal is the rank's, not its workers': SLURM signals every process of a 
 (``scancel``, the time-limit and pre-emption warnings), and so does ``timeout`` to its process
 group. A worker that died of it would make the rank's next batch, or the loader's SIGCHLD
 handler in the middle of the stop checkpoint, raise. Workers ignore the stop signals
-(:func:`ignore_stop_signals`) and end when the rank shuts the loader down or dies (each worker
-watches its parent); SIGKILL still ends them. Until its init runs, a forked worker has the
-handlers its rank installed before the loader started (they only set a flag).
+(:func:`start_worker`) and end when the rank shuts the loader down or dies (the kernel's
+parent-death signal, :mod:`ffjobs.process_tree`); SIGKILL still ends them. Until its init runs,
+a forked worker has the handlers its rank installed before the loader started (they only set a
+flag).
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import signal
 from collections.abc import Iterator
 from typing import Any
@@ -30,11 +33,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ffjobs.data.sampler import ResumableDistributedSampler
+from ffjobs.process_tree import die_with_parent
 from ffjobs.train.stop import STOP_SIGNALS
 
 
-def ignore_stop_signals(_worker_id: int) -> None:
-    """A loader worker's start: the stop signals are left to the rank (module docstring)."""
+def start_worker(rank_pid: int, _worker_id: int) -> None:
+    """A loader worker's start: it ends with its rank (``rank_pid``), and the stop signals are
+    left to the rank (module docstring)."""
+    die_with_parent(rank_pid)
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
 
@@ -169,7 +175,7 @@ class BatchStream:
             drop_last=True,
             persistent_workers=workers,
             prefetch_factor=self.prefetch_factor if workers else None,
-            worker_init_fn=ignore_stop_signals,
+            worker_init_fn=functools.partial(start_worker, os.getpid()),
             # the loader draws its worker seed from this generator, not from the global RNG,
             # so (re)starting it on resume leaves the training RNG stream untouched
             generator=torch.Generator().manual_seed(self.seed * 1_009 + self.rank),

@@ -21,6 +21,7 @@ import torch
 from ffjobs.config import Config
 from ffjobs.errors import ExitCode
 from ffjobs.local_ranks import STOPPED_ON_REQUEST
+from ffjobs.process_tree import follow_launcher
 from ffjobs.tracking.mlflow_logger import RunLogger
 from ffjobs.train.data import RandomPairs
 from ffjobs.train.distributed import compute_cleanup, compute_init
@@ -160,6 +161,7 @@ def _system_sampler(config: Config, job: TrainJob, env, logger: RunLogger, step)
 
 
 def main(argv: list[str] | None = None) -> int:
+    follow_launcher()  # started by the local launcher: end with it
     parser = argparse.ArgumentParser(prog="python -m ffjobs.train.worker")
     parser.add_argument("job", type=Path, help="the TrainJob as JSON")
     parser.add_argument("--result", type=Path, default=None, help="rank 0 writes its result here")
