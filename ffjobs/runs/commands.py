@@ -10,6 +10,7 @@ from typing import Any
 from ffjobs.cli import add_config_arguments, add_json_argument, config_from_args, print_json
 from ffjobs.config import short
 from ffjobs.errors import ExitCode
+from ffjobs.runs.owner import run_state
 from ffjobs.runs.run import RUN_FILE, find_run_dir, load_record
 
 
@@ -28,13 +29,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_summary(run_dir: Path, *, checkpoints: bool = True) -> dict[str, Any]:
-    """A run's record, plus its latest verified checkpoint and its MLflow link."""
+    """A run's record, plus its latest verified checkpoint and its MLflow link. ``status`` is
+    the run's as it is (``abandoned``: recorded as running, its owner gone), ``state`` the same
+    in words, with what it was told by."""
     from ffjobs.tracking.mlflow_logger import run_link
 
     record, config = load_record(run_dir)
+    status, state = run_state(record)
     summary = {
         "key": record["key"],
-        "status": record.get("status"),
+        "status": status,
+        "state": state,
+        "owner": record.get("owner"),
         "created": record.get("created"),
         "updated": record.get("updated"),
         "run_dir": str(run_dir),
@@ -84,7 +90,7 @@ def _list(args: argparse.Namespace) -> int:
     for row in rows:
         stages = " ".join(f"{s['name']}:{s['status']}" for s in row["stages"]) or "-"
         print(
-            f"{row['key']:<{width}}  {row['status'] or '-':<8} {row['created'] or '-':<25} {stages}"
+            f"{row['key']:<{width}}  {row['status'] or '-':<9} {row['created'] or '-':<25} {stages}"
         )
     return ExitCode.OK
 
@@ -102,8 +108,8 @@ def _show(args: argparse.Namespace) -> int:
         print_json(summary)
         return ExitCode.OK
     print(
-        f"run {summary['key']}: {summary['status']} (created {summary['created']}, "
-        f"{summary['passes']} pass(es))"
+        f"run {summary['key']}: {summary['state']}; created {summary['created']}, "
+        f"{summary['passes']} pass(es)"
     )
     print(f"  run directory  {summary['run_dir']}")
     for stage in summary["stages"]:

@@ -11,9 +11,11 @@ A run key (``<name>-<UTC stamp>-<6 hex>``, or given) names
   job name, and the Airflow DAG run's XCom.
 
 The process that creates (or resumes) a run is its *owner*: it starts the MLflow run and ends
-it. Everything else (training ranks, later Airflow tasks) attaches by the id it is handed and
-only logs. Stages never write into the config: what a later stage needs from an earlier one
-travels in the earlier stage's :class:`StageOutcome` facts, recorded in ``run.json``.
+it, and the record names it (``owner``; a running run whose owner is gone is shown as
+abandoned: :mod:`ffjobs.runs.owner`). Everything else (training ranks, later Airflow tasks)
+attaches by the id it is handed and only logs. Stages never write into the config: what a later
+stage needs from an earlier one travels in the earlier stage's :class:`StageOutcome` facts,
+recorded in ``run.json``.
 
 A resume may change the config, field by field as :mod:`ffjobs.runs.resume_rules` allows: the
 changes are recorded in ``run.json`` (``resumes``: pass, time, the changed fields' new values,
@@ -36,6 +38,7 @@ from typing import Any
 from ffjobs.config import Config, config_from_dict, short
 from ffjobs.errors import ExitCode, UserError
 from ffjobs.private_files import make_private_dir, write_private_text
+from ffjobs.runs.owner import found_on_resume, owner_record
 from ffjobs.runs.resume_rules import changed_fields, check_changes
 from ffjobs.tracking.mlflow_logger import (
     RunLogger,
@@ -233,6 +236,7 @@ def create_run(
         "mlflow_run_id": None,
         "stages": [],
         "passes": 1,
+        "owner": owner_record(),
         **({"tags": tags} if tags else {}),
     }
     run = Run(key, run_dir, config, record, owner=True, echo=echo, quiet_stdout=quiet_stdout)
@@ -339,8 +343,9 @@ def resume_run(
     record, current = load_record(run_dir)
     changes = changed_fields(current, config)
     check_changes(key, changes)
+    found = found_on_resume(key, record)
     passes = int(record.get("passes", 1)) + 1
-    record.update(status="running", passes=passes)
+    record.update(status="running", passes=passes, owner=owner_record())
     overrides = {path: new for path, (_, new) in changes.items()}
     if overrides:
         resume = {"pass": passes, "at": _now(), "overrides": overrides, "step": None}
@@ -348,6 +353,8 @@ def resume_run(
     record["checkpoint_dir"] = join_location(config.train.checkpoint_dir, key)
     run = Run(key, run_dir, config, record, owner=True, echo=echo, quiet_stdout=quiet_stdout)
     run.save()
+    if found is not None:
+        run.echo(found)
     if run.mlflow_run_id is not None:
         reopen_run(config.tracking, run.mlflow_run_id)
         run.deliver_tracking()  # what an earlier pass could not deliver goes first
