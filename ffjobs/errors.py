@@ -16,10 +16,13 @@ class ExitCode(IntEnum):
     CANCELLED = 4
     """A person cancelled the training (``scancel``, an Airflow kill, Ctrl-C on ``ffjobs train
     --submit --wait``): stopped, not retried; ``ffjobs run --resume`` continues it."""
+    STORAGE = 5
+    """Storage refused a write (no space left, over quota, read-only, access denied): not
+    retried; free space or fix access, then ``ffjobs run --resume`` continues."""
     INTERRUPTED = 130
 
 
-FAILURE_EXIT_CODES = {"cancelled": ExitCode.CANCELLED}
+FAILURE_EXIT_CODES = {"cancelled": ExitCode.CANCELLED, "storage": ExitCode.STORAGE}
 """Training failure kinds (``ffjobs.slurm.failures.FailureKind`` values) with an exit code of
 their own; any other failure exits 3 when retryable, else 1."""
 

@@ -15,6 +15,10 @@ Precedence, first match wins:
 4. ``OUT_OF_MEMORY`` or an OOM line on any rank -> OUT_OF_MEMORY, retryable only with
    ``retry_oom``. A rank that runs out of memory makes its peers' collectives fail, so its
    OOM outranks their communicator errors.
+4a. A rank's last traceback ends in a storage error (ffjobs' ``StorageError`` naming the
+   checkpoint folder and its free space; ENOSPC, EDQUOT, EROFS, EACCES; S3 ``AccessDenied``)
+   -> STORAGE, not retryable: the same write fails until someone frees space or fixes access
+   (then an explicit resume continues). It outranks the peers' errors, as OOM does.
 5. A rank's last traceback ends in a missing or changed dataset file (not a checkpoint, not a
    config file), or in ffjobs refusing a dataset that changed since its validation -> DATA,
    never retryable: the same file is missing next time.
@@ -66,6 +70,9 @@ class FailureKind(StrEnum):
     USER_CODE = "user_code"
     CONFIG = "config"
     DATA = "data"
+    STORAGE = "storage"
+    """The checkpoint store (or another file system or bucket) refused a write: full, over
+    quota, read-only or access denied."""
     CANCELLED = "cancelled"
     """A person cancelled the job (``scancel``, an Airflow kill, Ctrl-C on ``--wait``)."""
     UNKNOWN = "unknown"
@@ -219,6 +226,19 @@ _QUOTED = re.compile(r"'([^']+)'|\"([^\"]+)\"")
 _PATH_TOKEN = re.compile(
     r"s3://[^\s'\",;]+|(?:[\w.~-]*/)+[\w.-]+|\b[\w-]+\.[A-Za-z][A-Za-z0-9]{1,4}\b"
 )
+# a storage error as the exception line says it: ffjobs' own StorageError, or the OS's or S3's
+_STORAGE_ERROR = re.compile(
+    r"\bStorageError\b|\[Errno (?:13|28|30|122)\]|\bAccessDenied\b|(?i:no space left on "
+    r"device|disk quota exceeded|read-only file system|permission denied|\baccess denied\b)"
+)
+_STORAGE_DETAIL = re.compile(r"(checkpoint (?:folder|store) .*)")
+_STORAGE_WHAT = (
+    (re.compile(r"(?i)no space left on device|\[Errno 28\]"), "No space left on device (ENOSPC)"),
+    (re.compile(r"(?i)disk quota exceeded|\[Errno 122\]"), "Disk quota exceeded (EDQUOT)"),
+    (re.compile(r"(?i)read-only file system|\[Errno 30\]"), "Read-only file system (EROFS)"),
+    (re.compile(r"(?i)permission denied|\[Errno 13\]"), "Permission denied (EACCES)"),
+    (re.compile(r"(?i)AccessDenied|access denied"), "S3 access denied (AccessDenied)"),
+)
 _CHECKPOINT_SUFFIXES = {".pt", ".pth", ".ckpt", ".safetensors"}
 _CONFIG_SUFFIXES = {".yaml", ".yml", ".toml", ".ini", ".cfg"}
 
@@ -363,6 +383,18 @@ def _classify(
                 + [e for f in oom for e in f.evidence(f.oom)]
             ),
         )
+
+    for f in findings:
+        detail = _storage_error(f.traceback)
+        if f.traceback is not None and detail is not None:
+            return Failure(
+                kind=FailureKind.STORAGE,
+                retryable=False,
+                summary=f"storage error on {f.origin}: {detail}; not retried: free space or fix "
+                "access, then resume the run",
+                evidence=_cap(f.evidence([("", f.traceback.exception_line)])),
+                traceback_excerpt=_excerpt(f.traceback),
+            )
 
     for f in findings:
         data_file = _data_file(f.traceback)
@@ -512,6 +544,31 @@ def _continuation(lines: list[str], start: int, limit: int = 4) -> list[str]:
 
 def _excerpt(traceback: _Traceback) -> str:
     return "\n".join(traceback.lines[-TRACEBACK_LINES:])
+
+
+def _storage_error(traceback: _Traceback | None) -> str | None:
+    """What storage refused, in a few words with the path, if a traceback ends in a storage
+    error; None otherwise. ffjobs' ``StorageError`` says it all (folder, file, free space)."""
+    if traceback is None:
+        return None
+    ending = " ".join(line.strip() for line in traceback.lines[traceback.exception_at :])
+    if not _STORAGE_ERROR.search(ending):
+        return None
+    own = _STORAGE_DETAIL.search(ending)
+    if own is not None:
+        return own.group(1).strip()
+    what = next((words for pattern, words in _STORAGE_WHAT if pattern.search(ending)), "refused")
+    quoted = [a or b for a, b in _QUOTED.findall(traceback.message)]
+    s3 = re.search(r"calling the (\w+) operation", ending)
+    where = f" on {quoted[-1]}" if quoted else f" ({s3.group(1)})" if s3 else ""
+    return f"{what}{where}"
+
+
+def storage_error(text: str) -> str | None:
+    """What storage refused, in one phrase with the path, if the last traceback in ``text`` (a
+    rank's log) ends in a storage error; None otherwise."""
+    lines = [_RANK_PREFIX.sub("", line).rstrip() for line in text.splitlines()]
+    return _storage_error(_last_traceback(lines))
 
 
 def cancel_failure(

@@ -12,8 +12,9 @@ job id is an attempt of its own, which the backend reports in ``AttemptResult.re
 A person's cancel (``scancel``, an Airflow kill, Ctrl-C on ``ffjobs train --submit --wait``) ends
 the attempt as CANCELLED and is never retried; a job ffjobs cancelled itself because a rank
 reported a failure (``AttemptResult.cancelled_by_us``) is classified by that failure. A
-cancelled attempt stops the supervisor, but a later explicit start (``ffjobs run --resume``)
-goes on after it (:meth:`Supervision.start`), from the newest verified checkpoint.
+cancelled attempt, and a storage failure (a full or refused checkpoint store), stop the
+supervisor, but a later explicit start (``ffjobs run --resume``) goes on after them
+(:meth:`Supervision.start`), from the newest verified checkpoint.
 Standard library only.
 """
 
@@ -282,9 +283,9 @@ def excluded_after(
     return tuple(dict.fromkeys(nodes))
 
 
-RESUMABLE_KINDS = frozenset({FailureKind.CANCELLED.value})
+RESUMABLE_KINDS = frozenset({FailureKind.CANCELLED.value, FailureKind.STORAGE.value})
 """Failures never retried, after which an explicit start may go on (:meth:`Supervision.start`):
-a person's cancel."""
+a person's cancel, and storage that was full or refused (once it is fixed)."""
 
 
 def decide(
@@ -360,8 +361,8 @@ class Supervision:
         few nodes are left).
 
         Starting is a person's explicit act (a resume, a cleared Airflow task; an Airflow
-        retry never follows these stops): after a cancelled attempt (:data:`RESUMABLE_KINDS`)
-        it goes on, within the budget."""
+        retry never follows these stops): after a cancelled attempt or a storage failure
+        (:data:`RESUMABLE_KINDS`) it goes on, within the budget."""
         if self.records and self.records[-1].kind in RESUMABLE_KINDS:
             if len(self.records) >= self.policy.max_attempts:
                 return Stop(f"attempt budget of {self.policy.max_attempts} spent")

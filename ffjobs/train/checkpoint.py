@@ -27,6 +27,13 @@ loop. The next save, :meth:`Checkpointer.wait` and :meth:`Checkpointer.latest_ve
 for the write in flight; :meth:`Checkpointer.close` also stops the writer. A crash during the
 write leaves at most a hidden temporary file and no manifest, so the previous verified
 checkpoint stays the latest one.
+
+Storage that refuses a write (full, over quota, read-only, access denied) raises
+:class:`~ffjobs.train.storage.StorageError` naming the folder and its free space, from
+:meth:`Checkpointer.save` or, for a background write, from the next save or
+:meth:`Checkpointer.wait`. Nothing of the refused checkpoint stays: the temporary file is
+removed, and a data file whose manifest could not be written is deleted. The checkpoints
+before it are untouched (pruning comes only after a complete write).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +61,7 @@ from ffjobs.storage_config import S3Config
 from ffjobs.train.checkpoint_writer import CheckpointWriter
 from ffjobs.train.distributed import barrier, get_rank, get_world_size
 from ffjobs.train.snapshot import HostSnapshot, SharedMemoryTooSmall, encode
-from ffjobs.train.storage import CheckpointStore, open_store
+from ffjobs.train.storage import CheckpointStore, StorageError, open_store
 
 _MANIFEST = re.compile(r"step-(\d+)\.json")
 
@@ -291,6 +298,8 @@ class Checkpointer:
         self._writer.wait()
         if self._write_error is not None:
             error, self._write_error = self._write_error, None
+            if isinstance(error, StorageError):  # the store's own words say it all
+                raise StorageError(f"background checkpoint write failed: {error}", error.code)
             raise RuntimeError(f"background checkpoint write failed: {error}") from error
 
     def close(self) -> None:
@@ -332,7 +341,12 @@ class Checkpointer:
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         data.release()
-        self.store.write(manifest_name(step), json.dumps(manifest, indent=1).encode())
+        try:
+            self.store.write(manifest_name(step), json.dumps(manifest, indent=1).encode())
+        except BaseException:  # a data file without its manifest is never loaded: free its space
+            with suppress(Exception):
+                self.store.delete(name)
+            raise
         self.prune()
 
     def steps(self) -> list[int]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ffjobs.config import Config
-from ffjobs.errors import ExitCode, UserError
+from ffjobs.errors import FAILURE_EXIT_CODES, ExitCode, UserError
 from ffjobs.runs.run import Run, StageOutcome
 from ffjobs.train.attempts import (
     local_attempt,
@@ -110,7 +110,7 @@ def train_stage(
             "failed",
             0.0,
             failure.summary,
-            ExitCode.FAILED,
+            FAILURE_EXIT_CODES.get(failure.kind.value, ExitCode.FAILED),
             facts={"log": str(exc.log), "failed_rank": exc.rank, "failure": failure.kind.value},
         )
     start, final = result.get("start_step"), result.get("final_step")
@@ -153,8 +153,9 @@ def train_stage(
 def launch_failure(exc: LaunchFailed, log_dir: Path, nproc: int, retry_oom: bool) -> Failure:
     """Why the local ranks failed, read from their logs as a SLURM job's are (a dataset that
     changed since validation: DATA, not retryable); the launcher's line (which rank, how it
-    ended, its log) follows the verdict. What nothing recognises stays UNKNOWN with that line
-    alone, retryable by a resume or an Airflow retry."""
+    ended, its log) follows the verdict, or is the whole line where it names what storage refused
+    (STORAGE: exit 5, not retried). What nothing recognises stays UNKNOWN with that line alone,
+    retryable by a resume or an Airflow retry."""
     from ffjobs.local_ranks import rank_log
     from ffjobs.slurm.failures import FailureKind, classify_failure, read_rank_logs
 
@@ -165,6 +166,9 @@ def launch_failure(exc: LaunchFailed, log_dir: Path, nproc: int, retry_oom: bool
     failure = classify_failure(None, exc.returncode, logs, retry_oom=retry_oom)
     if failure.kind is FailureKind.UNKNOWN:
         return replace(failure, summary=line)
+    if failure.kind is FailureKind.STORAGE and " on a storage error (" in line:
+        advice = "not retried: free space or fix access, then resume the run"
+        return replace(failure, summary=f"{line}; {advice}")
     return replace(failure, summary=f"{failure.summary}; {line}")
 
 

@@ -4,16 +4,70 @@ Both stores give whole-object semantics: a reader sees either the complete old o
 complete new one. Locally that takes a temporary file, fsync, rename and an fsync of the
 directory; on S3 a PUT is already atomic. An ``s3://`` store uses the config's ``s3:`` section
 (the same endpoint and region as an ``s3://`` dataset), else ``AWS_ENDPOINT_URL``.
+
+A write the storage refuses (no space left, over quota, read-only, permission denied; S3
+``AccessDenied``) raises :class:`StorageError`, one line naming the folder, the file and, on a
+local disk, the free space; nothing of the refused file is left under its name (the temporary
+file is removed), so the checkpoints before it stay as they were.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Protocol
 
 from ffjobs.storage_config import S3Config
+
+STORAGE_ERRNOS = {
+    errno.ENOSPC: "ENOSPC",
+    errno.EDQUOT: "EDQUOT",
+    errno.EROFS: "EROFS",
+    errno.EACCES: "EACCES",
+    errno.EPERM: "EPERM",
+}
+"""The OS errors that mean the storage refused: retrying the same write cannot help."""
+S3_REFUSALS = frozenset({"AccessDenied", "AllAccessDisabled", "AccountProblem"})
+"""S3 error codes that mean the bucket refused (the credentials or the policy say no)."""
+
+
+class StorageError(RuntimeError):
+    """The checkpoint store refused a write; the message names the folder (or bucket), the
+    file and, on a local disk, the free space. ``code``: the errno name or S3 error code."""
+
+    def __init__(self, message: str, code: str = ""):
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self):  # raised in the checkpoint writer process, re-raised in the trainer
+        return type(self), (str(self), self.code)
+
+
+def _size(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} GiB"
+
+
+def local_refusal(directory: Path, name: str, size: int, error: OSError) -> StorageError:
+    """The :class:`StorageError` for ``error`` writing ``name`` (``size`` bytes) in ``directory``:
+    what the OS said, and the free space where the folder can be asked."""
+    code = STORAGE_ERRNOS.get(error.errno or 0, "")
+    said = error.strerror or str(error)
+    try:
+        usage = shutil.disk_usage(directory)
+        free = f"; {_size(usage.free)} free of {_size(usage.total)}"
+    except OSError:
+        free = ""
+    return StorageError(
+        f"checkpoint folder {directory}: {said} ({code}) writing {name} ({_size(size)}){free}",
+        code,
+    )
 
 
 class CheckpointStore(Protocol):
@@ -37,6 +91,15 @@ class LocalStore:
         self.location = str(self.directory)
 
     def write(self, name: str, data: bytes | memoryview) -> None:
+        try:
+            self._write(name, data)
+        except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
+            size = data.nbytes if isinstance(data, memoryview) else len(data)
+            raise local_refusal(self.directory, name, size, exc) from exc
+
+    def _write(self, name: str, data: bytes | memoryview) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{name}.", suffix=".tmp")
         try:
@@ -104,7 +167,17 @@ class S3Store:
 
     def write(self, name: str, data: bytes | memoryview) -> None:
         # botocore takes bytes or a file, not a buffer view (bytes(bytes) is the same object)
-        self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=bytes(data))
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=bytes(data))
+        except Exception as exc:  # botocore's ClientError, without importing botocore here
+            code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+            if code not in S3_REFUSALS:
+                raise
+            raise StorageError(
+                f"checkpoint store {self.location}: access denied ({code}) writing {name} "
+                f"({_size(len(data))}) to s3://{self.bucket}/{self._key(name)}",
+                code,
+            ) from exc
 
     def read(self, name: str) -> bytes:
         return self.client.get_object(Bucket=self.bucket, Key=self._key(name))["Body"].read()

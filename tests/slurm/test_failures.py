@@ -15,6 +15,13 @@ Fixtures in ``tests/slurm/data/``:
   ``nccl-healthy-rank1.log``: assembled from PyTorch 2.4+/NCCL 2.21 output as published in
   PyTorch and NCCL issue threads (watchdog block, ncclRemoteError with NET/IB completion error,
   torch.OutOfMemoryError), with the hosts renamed node1/node2.
+- ``storage-enospc-rank0.log``, ``storage-enospc-peer-rank1.log``: the two ranks' logs of a real
+  local launch whose checkpoint folder, a 2 MB tmpfs, filled up before step 4's checkpoint
+  (rank 0's ``StorageError``; rank 1 lost its gloo peer). ``storage-eacces.log``: a real
+  PermissionError (a user writing into a folder another user owns). ``storage-edquot.log`` and
+  ``storage-s3-access-denied.log``: the tracebacks of EDQUOT as ``write(2)`` reports it and of
+  botocore's ClientError for an S3 403, raised by small scripts (a quota and a bucket policy are
+  not at hand). Interpreter and data paths were rewritten.
 """
 
 from __future__ import annotations
@@ -437,3 +444,62 @@ def test_read_rank_logs_tolerates_missing_and_undecodable_files_and_keeps_the_ta
     assert logs[0].text.endswith("last line\ufffd\n")
     assert (logs[0].node, logs[0].exit_code) == ("node1", -9)
     assert (logs[1].text, logs[1].node, logs[1].exit_code) == ("", None, None)
+
+
+# --- storage ----------------------------------------------------------------------------------
+
+NOT_RETRIED = "not retried: free space or fix access, then resume the run"
+
+
+def test_a_full_checkpoint_folder_is_storage_and_outranks_the_peer_it_took_down():
+    ranks = [rank(0, (DATA / "storage-enospc-rank0.log").read_text()),
+             rank(1, (DATA / "storage-enospc-peer-rank1.log").read_text())]  # fmt: skip
+    failure = classify_failure("FAILED", 1, ranks)
+    assert failure.kind is FailureKind.STORAGE and not failure.retryable
+    assert failure.summary == (
+        "storage error on rank 0 (node1): checkpoint folder /shared/ckpt/local-20261204-225718-"
+        "4b1af1: No space left on device (ENOSPC) writing step-00000004.pt (521.0 KiB); 64.0 KiB "
+        f"free of 2.0 MiB; {NOT_RETRIED}"
+    )
+    assert failure.suspect_nodes == ()  # a full disk is no node's fault
+    assert failure.evidence[0].startswith("rank 0 (node1): ffjobs.train.storage.StorageError: ")
+
+
+@pytest.mark.parametrize(
+    ("fixture", "what"),
+    [
+        ("storage-edquot.log",
+         "Disk quota exceeded (EDQUOT) on /shared/ckpt/run-1/compile-cache/entry-3f2a.bin"),
+        ("storage-eacces.log",
+         "Permission denied (EACCES) on /shared/runs/run-1/train/spool/metrics-rank0.jsonl"),
+        ("storage-s3-access-denied.log", "S3 access denied (AccessDenied) (GetObject)"),
+    ],
+)  # fmt: skip
+def test_storage_errors_of_the_os_and_s3_are_storage_naming_what_refused(fixture, what):
+    failure = classify_failure("FAILED", 1, [rank(0, (DATA / fixture).read_text())])
+    assert failure.kind is FailureKind.STORAGE and not failure.retryable
+    assert failure.summary == f"storage error on rank 0 (node1): {what}; {NOT_RETRIED}"
+
+
+@pytest.mark.parametrize(
+    "exception",
+    [
+        "OSError: [Errno 28] No space left on device",
+        "RuntimeError: background checkpoint write failed: checkpoint folder /c: No space left "
+        "on device (ENOSPC) writing step-00000004.pt (1.0 MiB); 0 B free of 2.0 MiB",
+        "OSError: [Errno 30] Read-only file system: '/shared/ckpt/run-1/step-00000004.pt'",
+        "ffjobs.train.storage.StorageError: checkpoint store s3://b/ckpt/run-1: access denied "
+        "(AccessDenied) writing step-00000004.pt (1.0 MiB) to s3://b/ckpt/run-1/step-00000004.pt",
+    ],
+)
+def test_storage_error_lines(exception):
+    text = f'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n{exception}\n'
+    assert classify_failure("FAILED", 1, [rank(0, text)]).kind is FailureKind.STORAGE
+
+
+def test_the_launcher_reads_what_storage_refused_from_a_ranks_log_alone():
+    from ffjobs.slurm.failures import storage_error
+
+    text = (DATA / "storage-enospc-rank0.log").read_text()
+    assert storage_error(text).startswith("checkpoint folder /shared/ckpt/local-20261204-225718-")
+    assert storage_error((DATA / "value-error-rank0.log").read_text()) is None

@@ -465,13 +465,31 @@ def test_slurm_ending_a_job_for_a_pre_emption_is_not_a_persons_cancel():
     assert [r.kind for r in records] == ["preemption", None] and outcome.succeeded
 
 
+def storage_failure() -> AttemptResult:
+    """Rank 0's checkpoint folder filled up; rank 1 lost its peer."""
+    ranks = [RankLog(0, "node1", (DATA / "storage-enospc-rank0.log").read_text(), 1),
+             RankLog(1, "node2", (DATA / "storage-enospc-peer-rank1.log").read_text(), 1)]  # fmt: skip
+    return AttemptResult(
+        job_id="601", nodes=("node1", "node2"), state=JobState.FAILED, exit_code=1,
+        ranks=ranks, started_at=0.0, ended_at=20.0,
+    )  # fmt: skip
+
+
+def test_storage_that_refused_a_checkpoint_is_not_retried():
+    outcome, records, _, sleeps = run(FakeBackend(storage_failure(), success()))
+    assert [r.kind for r in records] == ["storage"] and sleeps == [] and not outcome.succeeded
+    assert outcome.reason.startswith("not retryable: storage error on rank 0 (node1): checkpoint")
+
+
 @pytest.mark.parametrize(
     ("last", "submits"),
-    [(cancelled(), True), (user_code_failure(), False), (oom_failure(), False)],
-)
+    [(cancelled(), True), (storage_failure(), True), (user_code_failure(), False),
+     (oom_failure(), False)],
+)  # fmt: skip
 def test_an_explicit_start_goes_on_after_a_cancel_but_not_after_a_fatal_failure(last, submits):
-    """``ffjobs run --resume`` after a cancelled attempt submits the next one (its checkpoint
-    is where it resumes); after a failure no retry can change, it submits nothing."""
+    """``ffjobs run --resume`` after a cancelled attempt, or after storage refused a checkpoint
+    (once there is room again), submits the next one (its checkpoint is where it resumes);
+    after a failure no retry can change, it submits nothing."""
     from ffjobs.slurm.supervisor import Stop, Supervision
 
     earlier = [classified(gloo_failure(), 1), _classified_cancel(last, 2)]

@@ -53,3 +53,15 @@ class HalfWritingStore(LocalStore):
         os.fsync(fd)
         self.marker.touch()
         time.sleep(600)
+
+
+class FullStore(LocalStore):
+    """A folder that is full from step 2 on: writing a data file fails as the disk says
+    (ENOSPC), through :class:`LocalStore`'s own handling of it."""
+
+    def _write(self, name: str, data: bytes | memoryview) -> None:
+        if name.endswith(".pt") and name != data_name(1):
+            import errno
+
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        super()._write(name, data)
