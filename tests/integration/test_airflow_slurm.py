@@ -166,6 +166,14 @@ def test_marking_the_deferred_task_failed_cancels_its_job(slurm_airflow):
         time.sleep(1)
     time.sleep(5)  # nothing may follow it
     assert sacct("--name", record["key"], "-o", "JobID") == [job_id]
+    # the ranks stopped on SIGTERM without a requeue, and the trigger said who cancelled
+    assert not [run for run in sacct("-D", "-j", job_id, "-o", "State") if "REQUEUED" in run]
+    from ffjobs.slurm.cancels import read_note
+
+    (folder,) = stack.workdir.glob(f"**/attempt-1/{job_id}")
+    note = read_note(folder, job_id)
+    assert note is not None and not note.ours, note
+    assert note.by.startswith("an Airflow kill of task ffjobs_pipeline.train (run "), note
 
 
 def test_killed_rank_and_restarted_triggerer_one_try_two_jobs_bitwise(
