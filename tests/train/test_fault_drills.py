@@ -151,6 +151,19 @@ def test_a_paused_rank_waits_at_its_step_until_the_file_exists(tmp_path):
     injector.before_step(3)  # a restarted job meets the existing file: no wait
 
 
+def test_a_stop_request_ends_the_pause_as_it_reaches_a_training_loop(tmp_path, capsys):
+    """A cancel (SIGTERM) of a job held at its step: the rank trains the step, checkpoints and
+    stops, instead of waiting for a file that never comes until SIGKILL."""
+    injector = FaultInjector(
+        FaultInjection(pause_at_step=3, pause_until_file=str(tmp_path / "never")), rank=1
+    )
+    asked: list[float] = []
+    stopper = threading.Timer(0.3, lambda: asked.append(time.monotonic()))
+    stopper.start()
+    injector.before_step(3, stopping=lambda: bool(asked))
+    assert asked and "paused; asked to stop" in capsys.readouterr().err
+
+
 def test_the_pause_needs_its_file():
     with pytest.raises(ValueError, match="together"):
         FaultInjection(pause_at_step=3)
