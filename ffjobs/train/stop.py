@@ -61,6 +61,7 @@ class StopRequest:
         self._watching = False
         self._previous: dict[signal.Signals, Any] = {}  # the handlers install() replaced
         self._previous_wakeup_fd: int | None = None
+        self._wakeup_write_fd: int | None = None
 
     def install(self) -> None:
         """Handle :data:`STOP_SIGNALS` by setting :attr:`requested` (main thread only)."""
@@ -78,12 +79,18 @@ class StopRequest:
         if self._previous_wakeup_fd is not None:
             signal.set_wakeup_fd(self._previous_wakeup_fd)  # the watchdog hears no more
             self._previous_wakeup_fd = None
+        if self._wakeup_write_fd is not None:  # its pipe's end: the watchdog returns
+            os.close(self._wakeup_write_fd)
+            self._wakeup_write_fd = None
 
     def step_started(self) -> None:
         """Called by the training loop as each step starts (main thread): arms the watchdog."""
         self._steps += 1
         self._step_starts = [*self._step_starts[-20:], time.monotonic()]
-        if not self._watching:
+        # only while this request holds the signals (install() in the main thread, until
+        # uninstall()): a loop driven without them (a test, a benchmark) leaves the process's
+        # wakeup fd alone, and a watchdog left behind could end a process that trains no more
+        if not self._watching and self._previous:
             self._watching = True
             self._watch_for_sigterm()
 
@@ -108,6 +115,7 @@ class StopRequest:
         os.set_blocking(write_fd, False)
         try:
             self._previous_wakeup_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            self._wakeup_write_fd = write_fd
         except ValueError:  # not the main thread: no watchdog, the plain handler still works
             os.close(read_fd)
             os.close(write_fd)
@@ -118,8 +126,13 @@ class StopRequest:
         watchdog.start()
 
     def _watchdog(self, read_fd: int) -> None:
-        while signal.SIGTERM not in os.read(read_fd, 64):
-            pass
+        while True:
+            heard = os.read(read_fd, 64)
+            if not heard or self._ended:  # uninstalled: training is over
+                os.close(read_fd)
+                return
+            if signal.SIGTERM in heard:
+                break
         grace, seen = self.grace_s(), self._steps
         time.sleep(grace)
         if self._steps == seen and not self._busy and not self._ended:
