@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from train.helpers import TINY_MODEL  # tests/ is on sys.path (rootdir conftest)
 
 from ffjobs.train.checkpoint import manifest_name
 
@@ -25,15 +26,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MARKER = "FFJOBS_TEST_KILLED_RUN"
 PAUSE_AT = 4
-SETTINGS = [  # the tiny model of tests/train/helpers.py, without a pre-trained encoder
-    "model.width=8",
-    "model.max_width=16",
-    "model.residual_blocks=1",
-    "model.discriminator_width=8",
-    "model.discriminator_layers=2",
-    "model.identity_width=0.25",
-    "model.identity_input_size=32",
-    "model.identity_dim=32",
+SETTINGS = [  # the tiny model, without a pre-trained encoder
+    *TINY_MODEL,
     "model.identity_weights=null",
     "data.synth.identities=6",
     "data.synth.per_identity=4",
