@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 
+from ffjobs.config import Config
 from ffjobs.process_tree import boot_id, process_start_time
 from ffjobs.runs.owner import found_on_resume, owner_record, run_state
 
@@ -41,7 +42,7 @@ def test_a_run_whose_owner_is_gone_is_abandoned(tmp_path):
     reused = _record(start_time=process_start_time(os.getpid()) - 1)
     assert run_state(reused)[0] == "abandoned"
     assert run_state(_record(boot_id="another-boot"))[1].endswith(", rebooted since, is gone)")
-    assert found_on_resume("k", record) == (
+    assert found_on_resume("k", record, Config()) == (
         f"run k was left running by pid {pid} on {host}, which is gone; no verified checkpoint"
     )
 
@@ -52,5 +53,7 @@ def test_runs_owned_elsewhere_or_ended_are_taken_as_recorded():
     airflow = _record(pid=_gone_pid(), airflow={"dag_id": "ffjobs_pipeline", "run_id": "manual"})
     assert run_state(airflow) == ("running", "running in Airflow DAG run ffjobs_pipeline / manual")
     ended = {**_record(pid=_gone_pid()), "status": "failed"}
-    assert run_state(ended) == ("failed", "failed") and found_on_resume("k", ended) is None
+    assert (
+        run_state(ended) == ("failed", "failed") and found_on_resume("k", ended, Config()) is None
+    )
     assert run_state({"status": "running"}) == ("running", "running")  # recorded before owners

@@ -99,10 +99,10 @@ def measure_checkpoint_cost(trainer: Any, interval: int, steps_during_write: int
     removed afterwards: pointed at a real run's folder, the bench neither adds checkpoints a
     resume would pick up nor prunes the run's own.
     """
-    from ffjobs.train.checkpoint import Checkpointer
+    from ffjobs.train.checkpoint import open_checkpoints
 
     folder = f"{trainer.checkpointer.location.rstrip('/')}/bench-checkpoint-cost-{os.getpid()}"
-    ckpt = Checkpointer(folder, keep=trainer.checkpointer.keep, s3=trainer.config.s3)
+    ckpt = open_checkpoints(trainer.config, folder)
     try:
         return _checkpoint_cost(trainer, ckpt, interval, steps_during_write)
     finally:

@@ -50,9 +50,9 @@ def build_face_swap(cfg: ModelConfig) -> FaceSwap:
 def face_swap_from_checkpoint(config: Config, location: str) -> tuple[FaceSwap, int]:
     """``(model, step)`` from the latest verified checkpoint in ``location`` (EMA weights, or
     the generator's own when the run kept no average)."""
-    from ffjobs.train.checkpoint import Checkpointer
+    from ffjobs.train.checkpoint import open_checkpoints
 
-    found = Checkpointer(location, s3=config.s3).load_latest()
+    found = open_checkpoints(config, location).load_latest()
     if found is None:  # each file refused was named in a warning as it was passed
         raise UserError(
             f"{location}: no verified checkpoint that loads safely to build a model from; "

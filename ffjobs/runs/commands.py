@@ -61,15 +61,15 @@ def run_summary(run_dir: Path, *, checkpoints: bool = True) -> dict[str, Any]:
 
 
 def latest_checkpoint(location: str, config) -> dict[str, Any] | None:
-    """The newest checkpoint of a run that passes verification, without loading torch state."""
+    """The newest complete checkpoint of a run, from its manifests (the data is not read)."""
     import warnings
 
-    from ffjobs.train.checkpoint import Checkpointer
+    from ffjobs.train.checkpoint import open_checkpoints
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a skipped bad checkpoint is not this command's news
-            ref = Checkpointer(location, keep=config.train.keep_checkpoints).latest_verified()
+            ref = open_checkpoints(config, location).latest()
     except Exception as exc:  # unreachable storage: say so instead of failing the listing
         return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
     return None if ref is None else {"step": ref.step, "location": ref.location}

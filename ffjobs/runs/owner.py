@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ffjobs.process_tree import boot_id, is_running, process_start_time
+
+if TYPE_CHECKING:
+    from ffjobs.config import Config
 
 ABANDONED = "abandoned"
 
@@ -65,13 +68,13 @@ def run_state(record: dict[str, Any]) -> tuple[str | None, str | None]:
     return ABANDONED, f"{ABANDONED} (owner pid {pid} on host {host}{rebooted} is gone)"
 
 
-def found_on_resume(key: str, record: dict[str, Any]) -> str | None:
+def found_on_resume(key: str, record: dict[str, Any], config: Config) -> str | None:
     """What a resume says about the run it takes over when the run was not left ended: its
     owner gone (and the step of its latest verified checkpoint), or recorded as running."""
     state, words = run_state(record)
     if state == ABANDONED:
         owner = record["owner"]
-        step = _latest_step(record.get("checkpoint_dir"))
+        step = _latest_step(config, record.get("checkpoint_dir"))
         where = f"continuing from step {step}" if step is not None else "no verified checkpoint"
         return (
             f"run {key} was left running by pid {owner['pid']} on {owner['host']}, which is "
@@ -82,17 +85,13 @@ def found_on_resume(key: str, record: dict[str, Any]) -> str | None:
     return None
 
 
-def _latest_step(location: str | None) -> int | None:
+def _latest_step(config: Config, location: str | None) -> int | None:
     if not location:
         return None
-    import warnings
-
-    from ffjobs.train.checkpoint import Checkpointer
+    from ffjobs.train.checkpoint import open_checkpoints
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # training says so when it resumes
-            ref = Checkpointer(location).latest_verified()
+        ref = open_checkpoints(config, location).latest()
     except Exception:  # unreachable storage: training will say so
         return None
     return ref.step if ref is not None else None

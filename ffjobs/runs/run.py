@@ -343,7 +343,7 @@ def resume_run(
     record, current = load_record(run_dir)
     changes = changed_fields(current, config)
     check_changes(key, changes)
-    found = found_on_resume(key, record)
+    found = found_on_resume(key, record, config)
     passes = int(record.get("passes", 1)) + 1
     record.update(status="running", passes=passes, owner=owner_record())
     overrides = {path: new for path, (_, new) in changes.items()}

@@ -384,7 +384,7 @@ class SlurmAttempts:
         same job that SLURM ended on a node failure and requeued become ``requeued`` results."""
         from submitit.core.utils import JobPaths
 
-        from ffjobs.train.checkpoint import Checkpointer
+        from ffjobs.train.checkpoint import open_checkpoints
 
         cancelled_by, ours = None, False
         if status.state is JobState.CANCELLED:
@@ -418,7 +418,9 @@ class SlurmAttempts:
                     lost_nodes=unresponsive_nodes(run.nodes),
                 )  # fmt: skip
             )
-        ref = Checkpointer(self.job.checkpoint_dir).latest_verified()
+        ref = open_checkpoints(
+            self.job.resolved_config(), self.job.checkpoint_dir
+        ).latest_verified()
         failed = status.state is not JobState.SUCCEEDED
         return AttemptResult(
             job_id=job_id,

@@ -94,9 +94,9 @@ def local_attempt(
     A failed launch reached the last step rank 0 logged; its newest verified checkpoint is
     where the next attempt starts.
     """
-    from ffjobs.train.checkpoint import Checkpointer
+    from ffjobs.train.checkpoint import open_checkpoints
 
-    ref = Checkpointer(run.checkpoint_dir).latest_verified()
+    ref = open_checkpoints(run.config, run.checkpoint_dir).latest_verified()
     if failure is not None and final_step is None:
         final_step = logged_steps(run.tracking_dir).get(PROGRESS_METRIC)
     result = AttemptResult(

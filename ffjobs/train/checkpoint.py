@@ -44,13 +44,11 @@ import json
 import pickle
 import random
 import re
-import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -58,12 +56,20 @@ import torch.distributed as dist
 
 from ffjobs.errors import UserError
 from ffjobs.storage_config import S3Config
+from ffjobs.train.checkpoint_files import (
+    checkpoint_steps,
+    data_name,
+    manifest_name,
+    prune_checkpoints,
+    write_checkpoint_files,
+)
 from ffjobs.train.checkpoint_writer import CheckpointWriter
 from ffjobs.train.distributed import barrier, get_rank, get_world_size
 from ffjobs.train.snapshot import HostSnapshot, SharedMemoryTooSmall, encode
 from ffjobs.train.storage import CheckpointStore, StorageError, open_store
 
-_MANIFEST = re.compile(r"step-(\d+)\.json")
+if TYPE_CHECKING:
+    from ffjobs.config import Config
 
 
 class CheckpointWarning(UserWarning):
@@ -116,25 +122,6 @@ class CheckpointRef:
     name: str
     location: str
     _data: bytes | None = field(default=None, repr=False)
-
-
-def data_name(step: int) -> str:
-    return f"step-{step:08d}.pt"
-
-
-def manifest_name(step: int) -> str:
-    return f"step-{step:08d}.json"
-
-
-@contextmanager
-def _zip_crc32(compute: bool) -> Iterator[None]:
-    """``torch.save`` computing its zip records' CRC-32 or not, for the block (then as before)."""
-    before = torch.serialization.get_crc32_options()
-    torch.serialization.set_crc32_options(compute)
-    try:
-        yield
-    finally:
-        torch.serialization.set_crc32_options(before)
 
 
 # --------------------------------------------------------------------------- RNG states
@@ -311,54 +298,17 @@ class Checkpointer:
             self._snapshot.release()
 
     def write(self, step: int, payload: dict[str, Any]) -> None:
-        """Serialise, write the data file, then its manifest (only now is it verified), prune.
-
-        One pass of copies: the zip records carry no CRC-32 (the manifest's sha256 over the
-        whole file is the check, made before anything is loaded), the file is written from the
-        serialised buffer itself, and the hash is taken on a thread beside the file write (both
-        release the interpreter).
-        """
-        buffer = io.BytesIO()
-        with _zip_crc32(False):
-            torch.save(payload, buffer)
-        data = buffer.getbuffer()
-        name = data_name(step)
-        digest: list[str] = []
-        hasher = threading.Thread(
-            target=lambda: digest.append(hashlib.sha256(data).hexdigest()), name="checkpoint-hash"
-        )
-        hasher.start()
-        try:
-            self.store.write(name, data)
-        finally:
-            hasher.join()
-        manifest = {
-            "step": step,
-            "file": name,
-            "size": data.nbytes,
-            "sha256": digest[0],
-            "world_size": len(payload["rank_states"]),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        data.release()
-        try:
-            self.store.write(manifest_name(step), json.dumps(manifest, indent=1).encode())
-        except BaseException:  # a data file without its manifest is never loaded: free its space
-            with suppress(Exception):
-                self.store.delete(name)
-            raise
+        """Write one checkpoint's files (:func:`write_checkpoint_files`), then prune."""
+        write_checkpoint_files(self.store, step, payload)
         self.prune()
 
     def steps(self) -> list[int]:
         """Steps that have a manifest, newest first."""
-        found = [int(m.group(1)) for n in self.store.list() if (m := _MANIFEST.fullmatch(n))]
-        return sorted(found, reverse=True)
+        return checkpoint_steps(self.store)
 
     def prune(self) -> None:
         """Keep the newest ``keep`` checkpoints; delete the rest (manifest first)."""
-        for step in self.steps()[self.keep :]:
-            self.store.delete(manifest_name(step))
-            self.store.delete(data_name(step))
+        prune_checkpoints(self.store, self.keep)
 
     def verify(self, step: int) -> tuple[bool, str, bytes | None]:
         """Check one checkpoint against its manifest: ``(ok, reason, data)``."""
@@ -376,6 +326,23 @@ class Checkpointer:
         if hashlib.sha256(data).hexdigest() != expected_sha:
             return False, "sha256 differs from manifest (corrupted)", None
         return True, "ok", data
+
+    def latest(self) -> CheckpointRef | None:
+        """The newest checkpoint whose manifest reads and whose data file has the size the
+        manifest names: its step and location, found from the manifests and one size look-up
+        each, without reading the data. Verification (reading and hashing the whole file) comes
+        just before a load (:meth:`load_latest`), which falls back past a corrupted one."""
+        self.wait()  # a write of ours in flight is the newest checkpoint once it is complete
+        for step in self.steps():
+            name = data_name(step)
+            try:
+                manifest = json.loads(self.store.read(manifest_name(step)))
+                complete = self.store.size(name) == int(manifest["size"])
+            except Exception:  # unreadable manifest or missing data: not a complete checkpoint
+                complete = False
+            if complete:
+                return CheckpointRef(step, name, self.store.describe(name))
+        return None
 
     def latest_verified(self) -> CheckpointRef | None:
         """The newest checkpoint that passes verification; skipped ones are warned about by name."""
@@ -416,6 +383,13 @@ class Checkpointer:
             if not ok or data is None:
                 raise RuntimeError(f"checkpoint {ref.location} failed verification: {reason}")
         return safe_load(data, ref.location)
+
+
+def open_checkpoints(config: Config, location: str) -> Checkpointer:
+    """A run's checkpoints at ``location`` (``<train.checkpoint_dir>/<run key>``, local or
+    ``s3://``), opened as the run's config says: its ``s3:`` section (endpoint, credentials) and
+    ``train.keep_checkpoints``. Every reader of a run's checkpoints opens them here."""
+    return Checkpointer(location, keep=config.train.keep_checkpoints, s3=config.s3)
 
 
 def _skipped(message: str) -> None:

@@ -154,13 +154,12 @@ def serve(
     store: CheckpointStore, keep: int, requests: Any, results: Connection, parent_pid: int
 ) -> None:
     """The writer process: write each ``(step, buffer, encoded)`` request until told to stop."""
-    from ffjobs.train.checkpoint import Checkpointer
+    from ffjobs.train.checkpoint_files import prune_checkpoints, write_checkpoint_files
 
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.nice(NICENESS)
-    checkpointer = Checkpointer(store.location, keep=keep, store=store)
     while True:
         try:
             request = requests.get(timeout=POLL_S)
@@ -173,7 +172,8 @@ def serve(
         step, buffer, encoded = request
         started = time.perf_counter()
         try:
-            checkpointer.write(step, decode(encoded, buffer))
+            write_checkpoint_files(store, step, decode(encoded, buffer))
+            prune_checkpoints(store, keep)
             answer: tuple[int, float | None, BaseException | None] = (
                 step,
                 time.perf_counter() - started,

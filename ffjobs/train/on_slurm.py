@@ -136,10 +136,10 @@ class SlurmTraining:
 
     def outcome(self, supervised: SupervisedOutcome) -> StageOutcome:
         """The train stage's outcome: the newest verified checkpoint and the run's attempts."""
-        from ffjobs.train.checkpoint import Checkpointer
+        from ffjobs.train.checkpoint import open_checkpoints
 
         self.run.logger.log_metrics({"goodput": supervised.goodput}, step=len(self.jobs))
-        ref = Checkpointer(self.job.checkpoint_dir).latest_verified()
+        ref = open_checkpoints(self.run.config, self.job.checkpoint_dir).latest_verified()
         facts = {
             "checkpoint": ref.location if ref else None,
             "checkpoint_dir": self.job.checkpoint_dir,

@@ -173,9 +173,9 @@ def launch_failure(exc: LaunchFailed, log_dir: Path, nproc: int, retry_oom: bool
 
 
 def _checkpoint_step(run: Run) -> int:
-    from ffjobs.train.checkpoint import Checkpointer
+    from ffjobs.train.checkpoint import open_checkpoints
 
-    ref = Checkpointer(run.checkpoint_dir).latest_verified()
+    ref = open_checkpoints(run.config, run.checkpoint_dir).latest_verified()
     return ref.step if ref else 0
 
 

@@ -47,7 +47,7 @@ from ffjobs.models import FusionModels, build
 from ffjobs.models.losses import discriminator_loss, generator_loss
 from ffjobs.tracking.mlflow_logger import RunLogger
 from ffjobs.train import compile_cache, ddp, regions
-from ffjobs.train.checkpoint import Checkpointer, capture_rng_state, restore_rng_state
+from ffjobs.train.checkpoint import capture_rng_state, open_checkpoints, restore_rng_state
 from ffjobs.train.data import BatchStream
 from ffjobs.train.distributed import DistEnv, print0
 from ffjobs.train.ema import GeneratorEMA
@@ -119,9 +119,7 @@ class Trainer:
 
         self.ema = GeneratorEMA(generator, tc.ema_decay) if tc.ema_decay is not None else None
         # a run's own folder (<train.checkpoint_dir>/<run key>) when the caller names one
-        self.checkpointer = Checkpointer(
-            checkpoint_dir or tc.checkpoint_dir, keep=tc.keep_checkpoints, s3=config.s3
-        )
+        self.checkpointer = open_checkpoints(config, checkpoint_dir or tc.checkpoint_dir)
         # drills record having fired next to the checkpoints, so a restarted job is not hit again
         self.faults = FaultInjector(tc.faults, env.rank, self.checkpointer.store)
         self.compile_mode = tc.compile_mode if tc.compile else None

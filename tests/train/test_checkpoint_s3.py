@@ -3,11 +3,24 @@ the endpoint the ``s3:`` section names."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
 
+import ffjobs
+from ffjobs.config import load_config
+from ffjobs.runs.commands import latest_checkpoint
+from ffjobs.runs.owner import found_on_resume, owner_record
 from ffjobs.storage_config import S3Config
-from ffjobs.train.checkpoint import Checkpointer, CheckpointWarning, capture_rng_state, data_name
+from ffjobs.train.checkpoint import (
+    Checkpointer,
+    CheckpointWarning,
+    capture_rng_state,
+    data_name,
+    open_checkpoints,
+)
 from ffjobs.train.faults import corrupt_blob
 from ffjobs.train.storage import LocalStore, S3Store, open_store
 
@@ -46,6 +59,50 @@ def test_configured_endpoint_wins_over_the_environment(s3_endpoint, s3_env, monk
         "run/step-00000007.pt",
         "run/step-00000007.json",
     }
+
+
+@pytest.mark.integration
+def test_a_runs_checkpoints_are_found_at_the_endpoint_its_config_names(s3_endpoint, monkeypatch):
+    """The endpoint is in the run's config only (as the README recommends) and the environment
+    names a dead one: the run's checkpoints are written, found and listed at the config's
+    endpoint by the readers that open them through ``open_checkpoints``."""
+    import boto3
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", DEAD_ENDPOINT)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket="ckpt-run")
+    config = load_config("local", [f"s3.endpoint_url={s3_endpoint}", "s3.region=us-east-1"])
+    location = "s3://ckpt-run/checkpoints/run-1"
+    ckpt = open_checkpoints(config, location)
+    for step in (2, 4):
+        ckpt.save(step, {"w": torch.ones(4) * step}, {"rng": capture_rng_state()})
+    ckpt.close()
+    found = open_checkpoints(config, location).latest()  # from the manifests only
+    assert found is not None and (found.step, found.location) == (4, f"{location}/step-00000004.pt")
+    assert latest_checkpoint(location, config) == {"step": 4, "location": found.location}
+    record = {"status": "running", "checkpoint_dir": location, "owner": _gone_owner()}
+    assert found_on_resume("run-1", record, config).endswith("continuing from step 4")
+
+
+def test_every_reader_of_a_runs_checkpoints_opens_them_in_one_place():
+    """``open_checkpoints`` applies the run's ``s3:`` section; a ``Checkpointer`` built anywhere
+    else would miss it. Allowed: the module itself and the writer process (handed the store)."""
+    package = Path(ffjobs.__file__).parent
+    built = {
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "Checkpointer(" in path.read_text()
+    }
+    assert built <= {"train/checkpoint.py", "train/checkpoint_writer.py", "bench/checkpoint.py"}
+
+
+def _gone_owner() -> dict:
+    """This machine's owner record of a process that has ended (a child waited for)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return {**owner_record(), "pid": child.pid}
 
 
 @pytest.mark.integration
