@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageEnhance
 
-from ffjobs.data.synth import Identity, Variation, identity_name, render_face
+from ffjobs.data.faces import Identity, Variation, identity_name, render_face
 
 
 def _png_chunk(kind: bytes, payload: bytes) -> bytes:

@@ -11,8 +11,8 @@ import simplejpeg
 from PIL import Image
 
 from ffjobs.data import inspect
+from ffjobs.data.faces import Identity, Variation, render_face
 from ffjobs.data.inspect import inspect_bytes, inspect_paths
-from ffjobs.data.synth import Identity, Variation, render_face
 
 FORMATS = frozenset({"JPEG", "PNG"})
 LIMIT = 100_000_000
