@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 import shutil
 import subprocess
@@ -39,15 +37,6 @@ def gpu_links(matrix: dict[str, dict[str, str]]) -> set[str]:
         for col, link in cols.items()
         if col.startswith("GPU")
     }
-
-
-def parse_gpu_query(text: str) -> list[dict[str, str]]:
-    """``nvidia-smi --query-gpu=... --format=csv`` -> one dict per GPU, keys from the header."""
-    rows = list(csv.reader(io.StringIO(text), skipinitialspace=True))
-    if not rows:
-        return []
-    header = [h.strip() for h in rows[0]]
-    return [dict(zip(header, (c.strip() for c in row), strict=False)) for row in rows[1:] if row]
 
 
 def run_nvidia_smi(*args: str, timeout_s: float = 10.0) -> str | None:

@@ -51,17 +51,6 @@ class FaultInjection:
                 "pause_at_step: pause_at_step and pause_until_file must be set together"
             )
 
-    @property
-    def any_enabled(self) -> bool:
-        return (
-            self.kill_rank is not None
-            or self.hang_rank is not None
-            or self.raise_in_collective_at_step is not None
-            or self.raise_rank is not None
-            or self.corrupt_latest_checkpoint
-            or self.pause_at_step is not None
-        )
-
 
 @dataclass
 class TrainConfig:

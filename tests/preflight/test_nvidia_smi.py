@@ -1,4 +1,4 @@
-from ffjobs.preflight.nvidia_smi import gpu_links, parse_gpu_query, parse_topo_matrix
+from ffjobs.preflight.nvidia_smi import gpu_links, parse_topo_matrix
 from ffjobs.preflight.probe import driver_version
 
 from .conftest import DATA
@@ -8,13 +8,6 @@ def test_topo_matrix_reports_nvlink_between_the_two_gpus():
     matrix = parse_topo_matrix((DATA / "nvidia-smi-topo-m.txt").read_text())
     assert matrix == {"GPU0": {"GPU1": "NV18"}, "GPU1": {"GPU0": "NV18"}}
     assert gpu_links(matrix) == {"NV18"}
-
-
-def test_gpu_query_csv(shared_fixtures):
-    rows = parse_gpu_query((shared_fixtures / "nvidia-smi-query.csv").read_text())
-    assert [r["name"] for r in rows] == ["NVIDIA H200", "NVIDIA H200"]
-    assert rows[0]["driver_version"] == "580.159.04"
-    assert rows[1]["pci.bus_id"] == "00000000:00:07.0"
 
 
 def test_driver_version_from_proc(tmp_path):
