@@ -1,11 +1,11 @@
 """ffjobs pipeline: validate -> preflight -> train -> evaluate -> register.
 
-Trigger it by hand from the UI form: pick a config preset and override a few common fields
-(empty keeps the preset's value), or add any ``key=value`` under ``overrides``. A conf with an
-unknown field, a config outside ``configs/``, a path leaving the working folder or a value the
-typed config refuses is answered 400 by the api-server (the ffjobs plugin) and no DAG run is
-made; the first task checks the same again. One DAG run is
-one run: a run key, a run directory (``runs/<run key>`` under the worker's working directory),
+Trigger it by hand from the UI form (``ffjobs.airflow.form``): pick a preset, change a few
+common fields in its sections (what to train, where, how long, resume; empty keeps the preset's
+value), or add any ``key=value`` under the advanced overrides. A conf with an unknown field, a
+config outside ``configs/``, a path leaving the working folder or a value the typed config
+refuses is answered 400 by the api-server (the ffjobs plugin) naming the field, and no DAG run
+is made; the first task checks the same again. One DAG run is one run: a run key, a run directory (``runs/<run key>`` under the worker's working directory),
 its own checkpoint folder and one MLflow run; ``resume`` continues an earlier run instead. Each
 task's XCom carries the run key and the stage's small facts (report paths, verdict, checkpoint,
 evaluation metrics and gate, registered version). A model the evaluation gate blocks fails the
@@ -16,18 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
 from ffjobs.airflow import tasks
+from ffjobs.airflow.form import pipeline_params
 from ffjobs.airflow.operators import PreflightOperator, TrainOperator
-from ffjobs.airflow.trigger_conf import (
-    CONFIG_NAME_PATTERN,
-    MAX_OVERRIDE_CHARS,
-    MAX_OVERRIDES,
-    RUN_KEY_PATTERN,
-    preset_names,
-)
-from ffjobs.config import param_schema
 
 
 @dag(
@@ -36,70 +29,7 @@ from ffjobs.config import param_schema
     catchup=False,
     tags=["ffjobs"],
     doc_md=__doc__,
-    params={
-        "config": Param(
-            "local",
-            type="string",
-            pattern=CONFIG_NAME_PATTERN,
-            examples=preset_names(),
-            title="Config preset",
-            description="A shipped preset, or a YAML file's path relative to the deployment's "
-            "configs/ folder (no absolute path, no '..').",
-        ),
-        "train_steps": Param(
-            None,
-            **param_schema("train.steps", nullable=True),
-            title="train.steps",
-            description="Optimizer steps.",
-        ),
-        "train_lr": Param(
-            None,
-            **param_schema("train.lr", nullable=True),
-            title="train.lr",
-            description="Learning rate.",
-        ),
-        "data_source": Param(
-            None,
-            type=["null", "string"],
-            title="data.source",
-            description="Dataset directory or s3:// prefix.",
-        ),
-        "slurm_nodes": Param(
-            None,
-            **param_schema("slurm.nodes", nullable=True),
-            title="slurm.nodes",
-            description="Nodes of the training job.",
-        ),
-        "nproc": Param(
-            None,
-            **param_schema("slurm.tasks_per_node", nullable=True),
-            title="Local ranks",
-            description="Processes the preflight and train tasks start on this worker "
-            "(slurm.tasks_per_node); empty keeps the preset's value.",
-        ),
-        "resume": Param(
-            None,
-            type=["null", "string"],
-            pattern=RUN_KEY_PATTERN,
-            title="Resume run",
-            description="Run key to continue (its config, checkpoints and MLflow run; the fields "
-            "above override it); empty starts a new run.",
-        ),
-        "overrides": Param(
-            [],
-            type="array",
-            items={
-                "type": "string",
-                "pattern": r"^[A-Za-z_][A-Za-z0-9_.]*=.*$",
-                "maxLength": MAX_OVERRIDE_CHARS,
-            },
-            maxItems=MAX_OVERRIDES,
-            title="Other overrides",
-            description="key=value lines, as ffjobs --set (e.g. train.batch_size=16); each "
-            "value is checked by the config's own types and ranges, and paths stay inside the "
-            "working folder.",
-        ),
-    },
+    params=pipeline_params(),
 )
 def ffjobs_pipeline() -> None:
     @task(task_id="validate", multiple_outputs=True)

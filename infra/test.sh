@@ -7,6 +7,26 @@ cd "$(dirname "$0")/.."
 bash infra/setup-venv.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
+# Headless Chromium for the browser tests (tests/integration/browser.py): Debian's chromium and
+# its chromedriver, one source package so their versions match, and a font to render text in
+# the screenshots. Nothing downloads a browser at run time.
+install_browser() {
+  local missing=()
+  command -v chromium >/dev/null || missing+=(chromium)
+  command -v chromedriver >/dev/null || missing+=(chromium-driver)
+  dpkg -s fonts-dejavu-core >/dev/null 2>&1 || missing+=(fonts-dejavu-core)
+  [[ ${#missing[@]} -eq 0 ]] && return
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "ffjobs: browser tests need ${missing[*]}: sudo apt-get install ${missing[*]}" >&2
+    return
+  fi
+  echo "== installing ${missing[*]} (apt-get)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+}
+install_browser
+
 echo "== lint" >&2
 ruff check .
 ruff format --check .
@@ -22,6 +42,7 @@ set +e
 pytest "$@"
 rc=$?
 set -e
+echo "ffjobs: browser screenshots in ${FFJOBS_TEST_ARTIFACTS:-.state/test-artifacts}/browser" >&2
 if [[ $rc -eq 5 ]]; then
   echo "ffjobs: pytest collected no tests; failing on purpose" >&2
   exit 1

@@ -34,8 +34,8 @@ PARAM_OVERRIDES: dict[str, str] = {
 }
 """Typed DAG Params and the config key each one sets (left empty, the preset's value stays)."""
 
-CONF_FIELDS = ("config", *PARAM_OVERRIDES, "resume", "overrides")
-"""Every field a DAG run's conf may carry: the DAG's Params."""
+CONF_FIELDS = ("config", *PARAM_OVERRIDES, "resume", "force", "overrides")
+"""Every field a DAG run's conf may carry: the DAG's Params (:mod:`ffjobs.airflow.form`)."""
 
 RUN_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 """A run key as ``resume`` takes it (the shape :mod:`ffjobs.runs` gives keys)."""
@@ -97,6 +97,27 @@ def preset_names() -> list[str]:
     return sorted(names)
 
 
+def config_choices(workdir: Path | None = None) -> dict[str, Path]:
+    """Every ``config`` a conf may name, sorted, with the file each one loads: the deployment's
+    ``configs/**/*.yaml`` under ``workdir`` (default: the current folder) and the shipped presets
+    (:func:`preset_names`); a deployment's file of the same name wins, as in
+    :func:`check_trigger_conf`."""
+    workdir = (workdir or Path.cwd()).resolve()
+    folder = workdir / CONFIGS_FOLDER
+    own = (
+        {path.relative_to(folder).with_suffix("").as_posix() for path in folder.rglob("*.yaml")}
+        if folder.is_dir()
+        else set()
+    )
+    choices = {}
+    for name in sorted(own | set(preset_names())):
+        try:
+            choices[name] = _config_file(name, workdir)
+        except ConfigError:
+            continue  # a name no conf could use (a symlink out of configs/, odd characters)
+    return choices
+
+
 def check_trigger_conf(conf: Any, workdir: Path | None = None) -> tuple[Path, list[str]]:
     """Check a DAG run's conf; return the config file it names and its ``--set`` strings.
 
@@ -116,6 +137,9 @@ def check_trigger_conf(conf: Any, workdir: Path | None = None) -> tuple[Path, li
     resume = conf.get("resume")
     if resume is not None and not (isinstance(resume, str) and re.match(RUN_KEY_PATTERN, resume)):
         raise _error("resume", f"must be a run key, got {short(resume)}")
+    force = conf.get("force")
+    if force is not None and not isinstance(force, bool):
+        raise _error("force", f"must be true or false, got {short(force)}")
     sets = _typed_sets(conf) + _override_sets(conf.get("overrides"))
     for field_name, text in sets:
         _as_field(field_name, _check_set, text)
@@ -203,7 +227,9 @@ def _as_field(field_name: str, check: Callable[..., Any], *args: Any) -> None:
     try:
         check(*args)
     except ConfigError as exc:
-        raise _error(field_name, str(exc)) from None
+        # the field is the value's source here, not the command line's --set
+        message = str(exc).removeprefix("--set: ")
+        raise _error(field_name, message) from None
 
 
 def _error(field_name: str, message: str) -> ConfigError:

@@ -12,8 +12,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def parse_dags(script: str, home: Path) -> dict:
-    """Run ``script`` (given the DAG folder as ``sys.argv[1]``); return the JSON it printed last."""
+def parse_dags(script: str, home: Path, cwd: Path = REPO) -> dict:
+    """Run ``script`` (given the DAG folder as ``sys.argv[1]``) in ``cwd``, the deployment's
+    working folder; return the JSON it printed last."""
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(home),
@@ -22,7 +23,7 @@ def parse_dags(script: str, home: Path) -> dict:
     }
     result = subprocess.run(
         [sys.executable, "-c", script, str(REPO / "dags")],
-        cwd=REPO,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,

@@ -84,17 +84,17 @@ def test_params_are_typed_with_defaults_for_the_trigger_form(parsed):
     params = parsed["params"]
     assert params["config"]["default"] == "local"
     assert params["config"]["schema"]["type"] == "string"
-    assert params["train_steps"]["schema"] == {
-        **params["train_steps"]["schema"],
-        "type": ["null", "integer"],
-        "minimum": 1,
-    }
+    assert "local" in params["config"]["schema"]["enum"]
+    assert params["train_steps"]["schema"]["type"] == ["null", "integer"]
+    assert params["train_steps"]["schema"]["allOf"] == [{"minimum": 1}]
     assert params["train_lr"]["schema"]["type"] == ["null", "number"]
-    assert params["train_lr"]["schema"]["exclusiveMinimum"] == 0
+    assert params["train_lr"]["schema"]["allOf"] == [{"exclusiveMinimum": 0, "maximum": 1}]
     assert params["data_source"]["schema"]["type"] == ["null", "string"]
-    assert params["slurm_nodes"]["schema"]["minimum"] == 1
-    assert params["nproc"]["schema"]["minimum"] == 1  # slurm.tasks_per_node's own bound
+    assert params["slurm_nodes"]["schema"]["allOf"] == [{"minimum": 1, "maximum": 1024}]
+    # slurm.tasks_per_node's own bound
+    assert params["nproc"]["schema"]["allOf"] == [{"minimum": 1}]
     assert params["resume"]["default"] is None
+    assert params["force"]["default"] is False
     assert params["overrides"]["default"] == []
     assert params["overrides"]["schema"]["items"]["type"] == "string"
     # empty typed overrides keep the preset's value
@@ -102,7 +102,7 @@ def test_params_are_typed_with_defaults_for_the_trigger_form(parsed):
 
 
 def test_every_typed_param_maps_to_a_config_key(parsed):
-    typed = set(parsed["params"]) - {"config", "resume", "overrides"}
+    typed = set(parsed["params"]) - {"config", "resume", "force", "overrides"}
     assert typed == set(parsed["param_overrides"])
 
 

@@ -16,7 +16,12 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from ffjobs.airflow.plugin import FfjobsPlugin, TriggerConfCheck
-from ffjobs.airflow.trigger_conf import CONF_FIELDS, check_trigger_conf, preset_names
+from ffjobs.airflow.trigger_conf import (
+    CONF_FIELDS,
+    check_trigger_conf,
+    config_choices,
+    preset_names,
+)
 from ffjobs.config import ConfigError, load_config
 
 
@@ -61,6 +66,8 @@ def refusal(conf, workdir: Path) -> ConfigError:
         ({"overrides": "train.lr=0.1"}, "overrides", "must be a list"),
         ({"overrides": ["x=1"] * 65}, "overrides", "at most 64"),
         ({"resume": "../run"}, "resume", "must be a run key"),
+        ({"force": "yes"}, "force", "must be true or false"),
+        ({"slurm_nodes": -1}, "slurm_nodes", "must be >= 1"),
         ({"unknown_key": 1}, "unknown_key", "unknown field"),
         # whoever may trigger may not run commands as the deployment, nor send its data away
         ({"overrides": ["slurm.setup=['curl x | sh']"]}, "overrides[0]", "deployment's config"),
@@ -112,7 +119,19 @@ def test_the_shipped_presets_are_listed():
 def test_the_conf_fields_are_the_dags_params():
     from ffjobs.airflow.trigger_conf import PARAM_OVERRIDES
 
-    assert set(CONF_FIELDS) == {"config", "resume", "overrides", *PARAM_OVERRIDES}
+    assert set(CONF_FIELDS) == {"config", "resume", "force", "overrides", *PARAM_OVERRIDES}
+
+
+def test_the_config_choices_are_the_deployments_files_and_the_presets(deployment):
+    (deployment / "configs" / "team").mkdir()
+    (deployment / "configs" / "team" / "gpu.yaml").write_text("extends: local\n")
+    choices = config_choices(deployment)
+    assert list(choices) == sorted({"mine", "team/gpu", *preset_names()})
+    assert "escape" not in choices  # its symlink leaves configs/: no conf could use it
+    for name, path in choices.items():
+        assert check_trigger_conf({"config": name}, deployment)[0] == path
+    assert choices["team/gpu"] == (deployment / "configs" / "team" / "gpu.yaml").resolve()
+    assert list(config_choices(deployment / "no-configs-here")) == preset_names()
 
 
 # --------------------------------------------------------------------------- the middleware

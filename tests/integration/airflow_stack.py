@@ -9,9 +9,8 @@ password, this repository's ``dags/``, no examples. It waits for the api-server'
 JSON client (:meth:`get`, :meth:`post`, :meth:`patch`, :meth:`delete`).
 
 Fixtures: ``airflow_api`` (api-server + dag-processor: enough to trigger and inspect DAG runs)
-and ``airflow_stack`` (all four: DAG runs execute). Import the one a test module needs::
-
-    from airflow_stack import airflow_api  # noqa: F401 - a pytest fixture
+and ``airflow_stack`` (all four: DAG runs execute), registered in ``conftest.py`` so that each
+starts once a session: a test names the one it needs, and never imports it.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +173,25 @@ class AirflowStack:
 
     def _dag_parsed(self) -> bool:
         return self.get(f"/api/v2/dags/{DAG_ID}")[0] == 200
+
+    def reparse_dag(self, ready: Callable[[dict], bool]) -> dict:
+        """Ask the dag-processor to parse the DAG's file now (the form lists the working
+        folder's ``configs/`` as the DAG is parsed); wait until ``ready(details)`` holds for
+        ``GET /api/v2/dags/<dag>/details`` and return those details."""
+        status, dag = self.get(f"/api/v2/dags/{DAG_ID}")
+        assert status == 200, dag
+        status, body = self.request("PUT", f"/api/v2/parseDagFile/{dag['file_token']}")
+        assert status in (200, 201), body
+        details: dict = {}
+
+        def parsed() -> bool:
+            nonlocal details
+            details = self.get(f"/api/v2/dags/{DAG_ID}/details")[1]
+            return ready(details)
+
+        # a parse takes about a second; the dag-processor takes requests up between its loops
+        self._wait(f"DAG {DAG_ID} to be parsed again", time.monotonic() + START_TIMEOUT_S, parsed)
+        return details
 
     def _login(self) -> str:
         status, body = self.request(

@@ -1,4 +1,6 @@
-"""The local stack (SLURM mini-cluster, MLflow server) for integration tests.
+"""The local stack (SLURM mini-cluster, MLflow server) for integration tests, and the session's
+Airflow (``airflow_api``, ``airflow_stack``) and browsers on it (``airflow_page``,
+``airflow_stack_page``).
 
 ``local_stack`` runs ``infra/local/up.sh`` (idempotent and quick when the stack is already up),
 then exports the stack's ``env.sh`` (SLURM_CONF, MLFLOW_TRACKING_URI, FFJOBS_NODE_ADDRS, ...) into
@@ -14,6 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# One instance per session of each: a session fixture imported into several test modules would
+# be one fixture per module, and start Airflow (about a minute of CI) once for each.
+from airflow_stack import airflow_api, airflow_stack  # noqa: F401 - pytest fixtures
+from browser import airflow_page, airflow_stack_page  # noqa: F401 - pytest fixtures
 
 REPO = Path(__file__).resolve().parents[2]
 UP_SCRIPT = REPO / "infra" / "local" / "up.sh"

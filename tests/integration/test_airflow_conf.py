@@ -9,12 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from airflow_stack import (  # noqa: F401 - airflow_api, airflow_stack: pytest fixtures
-    DAG_ID,
-    AirflowStack,
-    airflow_api,
-    airflow_stack,
-)
+from airflow_stack import DAG_ID, AirflowStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -23,13 +18,15 @@ RUNS = f"/api/v2/dags/{DAG_ID}/dagRuns"
 
 
 @pytest.fixture(scope="module")
-def deployment(airflow_api: AirflowStack) -> AirflowStack:  # noqa: F811
+def deployment(airflow_api: AirflowStack) -> AirflowStack:
     """The stack's working folder with a configs/ file of its own and, outside configs/, a file
     whose first line must never be read into a log (a stand-in for /etc/shadow that exists)."""
     configs = airflow_api.workdir / "configs"
     configs.mkdir(exist_ok=True)
     (configs / "mine.yaml").write_text("extends: local\nname: mine\n")
     (airflow_api.workdir / "private.txt").write_text(MARKER + "\n")
+    # the form's preset choice lists configs/ as the DAG is parsed: "mine" after a re-parse
+    airflow_api.reparse_dag(lambda dag: "mine" in dag["params"]["config"]["schema"]["enum"])
     return airflow_api
 
 
@@ -53,7 +50,9 @@ def bad_confs(workdir: Path) -> list[tuple[dict, str]]:
         ({"overrides": ["train.lr=5"]}, "overrides[0]"),
         ({"overrides": ["train.no_such_key=1"]}, "overrides[0]"),
         ({"slurm_nodes": 10000}, "slurm_nodes"),
+        ({"slurm_nodes": -1}, "slurm_nodes"),
         ({"train_steps": "five"}, "train_steps"),
+        ({"force": "yes"}, "force"),
         ({"data_source": "/etc"}, "data_source"),
         ({"no_such_field": 1}, "no_such_field"),
     ]
@@ -68,6 +67,16 @@ def test_bad_confs_are_refused_before_a_dag_run_exists(deployment):
         assert body["detail"].startswith(f"conf: {field}: "), (conf, body)
         assert MARKER not in str(body)
     assert dag_runs(deployment) == []
+
+
+def test_a_conf_only_the_dags_own_schema_refuses_is_refused_naming_the_param(deployment):
+    """``local.yaml`` is a file the plugin's check finds, but not one of the form's choices
+    (names): Airflow's own Param check answers 400 naming the Param, and no DAG run exists."""
+    before = dag_runs(deployment)
+    status, body = trigger(deployment, {"config": "local.yaml"})
+    assert status == 400, body
+    assert "Invalid input for param config: 'local.yaml' is not one of" in body["detail"], body
+    assert dag_runs(deployment) == before
 
 
 def test_no_file_content_reaches_any_log(deployment):
@@ -92,7 +101,7 @@ def test_a_good_conf_still_makes_a_dag_run(deployment):
     assert dag_runs(deployment) == []
 
 
-def test_a_run_made_around_the_api_server_stops_in_its_first_task(airflow_stack):  # noqa: F811
+def test_a_run_made_around_the_api_server_stops_in_its_first_task(airflow_stack):
     """``airflow dags trigger`` writes the run straight into the database, so only the DAG's own
     Param schemas apply (they pass this conf); the validate task refuses it, naming the field,
     and nothing after it runs. Needs all four components: the run really executes."""

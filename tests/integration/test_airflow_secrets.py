@@ -8,7 +8,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from integration.test_airflow_dag import TINY, airflow_env, dag_test  # noqa: F401 - fixture
+from integration.test_airflow_dag import (  # noqa: F401 - a fixture
+    ONE_DAG_RUN_LIMIT_S,
+    TINY,
+    airflow_env,
+    dag_test,
+)
 from tracking.test_secrets_acceptance import SECRETS, secret_environment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -30,6 +35,7 @@ def deployment_config(tmp_path, tracking_host: str) -> str:
     return "secrets"
 
 
+@pytest.mark.timeout(ONE_DAG_RUN_LIMIT_S)
 def test_no_secret_in_xcom_or_the_task_log(airflow_env, tmp_path, mlflow_server):  # noqa: F811
     conf = {
         "config": deployment_config(tmp_path, mlflow_server.uri),
