@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -14,6 +15,51 @@ from pathlib import Path
 import pytest
 
 from ffjobs.local_ranks import free_loopback_port
+
+RUN_FOLDER = "FFJOBS_TEST_RUN_DIR"
+"""The environment variable naming this test run's folder of inputs made once and shared by
+every test (:func:`train.helpers.tiny_identity_weights`): set before any test runs, so that
+pytest-xdist's workers, started later, inherit it."""
+_MADE_RUN_FOLDER = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if RUN_FOLDER not in os.environ:  # a worker inherits its controller's
+        os.environ[RUN_FOLDER] = tempfile.mkdtemp(prefix="ffjobs-test-run-")
+        config.stash[_MADE_RUN_FOLDER] = os.environ[RUN_FOLDER]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    made = config.stash.get(_MADE_RUN_FOLDER, None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
+        del os.environ[RUN_FOLDER]
+
+
+SHARED_GROUPS = {
+    "local_stack": "mini-cluster",
+    "stack_env": "mini-cluster",
+    "airflow_api": "airflow",
+    "airflow_stack": "airflow",
+    "trained": "trained",
+    "mlflow_server": "mlflow-server",
+    "s3_endpoint": "s3-server",
+}
+"""Under pytest-xdist (``--dist loadgroup``), the tests that use one of these session fixtures
+run on one worker, one at a time: the local stack's SLURM mini-cluster (three nodes that drills
+cut, throttle and kill, and a preflight that needs all three), the session's Airflow, the
+trained models of tests/evaluate and tests/registry (minutes of CPU each), the test MLflow
+server, the S3 server: each is made once. The first that a test uses, in this order, names its
+group."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        used = [group for name, group in SHARED_GROUPS.items() if name in item.fixturenames]
+        if used:
+            item.add_marker(pytest.mark.xdist_group(used[0]))
 
 
 @pytest.fixture(autouse=True)

@@ -23,15 +23,21 @@ QUICK = [
 ]  # fmt: skip
 UP_TO_TRAIN = ["--stages", "validate,preflight,train"]
 """What these tests are about; evaluation has its own (tests/evaluate/)."""
+RUN_S = 300
+"""One ``ffjobs run`` of :data:`QUICK` up to training (a two-rank preflight, 4 steps on two
+ranks): about 20 s on a quiet 2-core machine, 15 times that for a loaded one."""
+COMMAND_S = 120
+"""A command that only reads or refuses (``runs list``, ``runs show``, a refused resume): an
+import and a few small files, seconds."""
 
 
-def ffjobs(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def ffjobs(cwd: Path, *args: str, timeout: float = COMMAND_S) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "ffjobs.cli", *args]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
-def ffjobs_run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return ffjobs(cwd, "run", "--config", str(REPO / "configs/local.yaml"), *args)
+def ffjobs_run(cwd: Path, *args: str, timeout: float = RUN_S) -> subprocess.CompletedProcess:
+    return ffjobs(cwd, "run", "--config", str(REPO / "configs/local.yaml"), *args, timeout=timeout)
 
 
 def mlflow_client(cwd: Path):
@@ -56,6 +62,7 @@ def snapshot(client, run_id: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(4 * RUN_S + 3 * COMMAND_S + 60)  # four runs, three reads, the checks
 def test_each_run_is_its_own_and_resume_continues_one(tmp_path):
     first = ffjobs_run(tmp_path, *QUICK, *UP_TO_TRAIN, "--json")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -97,14 +104,16 @@ def test_each_run_is_its_own_and_resume_continues_one(tmp_path):
     assert len(client.search_runs([experiment.experiment_id])) == 2
 
     # resuming the first run with nothing left to train says so, and is not a fresh success
-    same = ffjobs(tmp_path, "run", "--resume", one["run_key"], *UP_TO_TRAIN, "--json")
+    same = ffjobs(
+        tmp_path, "run", "--resume", one["run_key"], *UP_TO_TRAIN, "--json", timeout=RUN_S
+    )
     assert same.returncode == 0, same.stderr[-3000:]
     train = json.loads(same.stdout)["stages"][2]
     assert train["status"] == "skipped" and "nothing to train" in train["summary"]
 
     # raising train.steps continues the first run: its checkpoints, its MLflow run
     longer = ["--set", "train.steps=6", "--json"]
-    more = ffjobs(tmp_path, "run", "--resume", one["run_key"], *UP_TO_TRAIN, *longer)
+    more = ffjobs(tmp_path, "run", "--resume", one["run_key"], *UP_TO_TRAIN, *longer, timeout=RUN_S)
     assert more.returncode == 0, more.stderr[-3000:]
     resumed = json.loads(more.stdout)
     assert resumed["run_key"] == one["run_key"]
@@ -130,7 +139,6 @@ def test_each_run_is_its_own_and_resume_continues_one(tmp_path):
     assert "latest verified step 6" in human.stdout and "[ passed] train" in human.stdout
 
 
-@pytest.mark.slow
 def test_resume_refuses_another_model_shape_or_dataset(tmp_path):
     first = ffjobs_run(tmp_path, *QUICK, "--stages", "validate", "--json")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -164,22 +172,22 @@ def test_failed_validation_stops_before_training(tmp_path):
 
 
 def test_unknown_stage_is_a_usage_error(tmp_path):
-    result = ffjobs_run(tmp_path, "--stages", "validate,deploy")
+    result = ffjobs_run(tmp_path, "--stages", "validate,deploy", timeout=COMMAND_S)
     assert result.returncode == 2
     assert "--stages: unknown stage deploy" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_options_that_cannot_work_together_are_refused_before_any_stage(tmp_path):
-    nodes = ffjobs_run(tmp_path, "--set", "slurm.nodes=2")
+    nodes = ffjobs_run(tmp_path, "--set", "slurm.nodes=2", timeout=COMMAND_S)
     assert nodes.returncode == 2 and "the local executor runs on this machine only" in nodes.stderr
     assert not (tmp_path / "runs").exists()  # nothing was created, nothing ran
-    both = ffjobs_run(tmp_path, "--resume", "a-run", "--run-key", "b-run")
+    both = ffjobs_run(tmp_path, "--resume", "a-run", "--run-key", "b-run", timeout=COMMAND_S)
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
     config = ffjobs(tmp_path, "run", "--resume", "a-run", "--config", "local")
     assert config.returncode == 2 and "--set instead of --config" in config.stderr
     missing = ffjobs(tmp_path, "run", "--resume", "no-such-run")
     assert missing.returncode == 2 and "run no-such-run not found" in missing.stderr
-    bad_key = ffjobs_run(tmp_path, "--run-key", "../escape")
+    bad_key = ffjobs_run(tmp_path, "--run-key", "../escape", timeout=COMMAND_S)
     assert bad_key.returncode == 2 and "run key '../escape'" in bad_key.stderr
     assert not (tmp_path / "runs").exists()

@@ -74,7 +74,17 @@ class Trained:
         return load_config("local", [*self.overrides, *more])
 
 
-def ffjobs(cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+RUN_S = 600
+"""Limit of the shared run (validate, 200 steps on one rank, evaluate): about a minute on a
+quiet 2-core machine, 10 times that for a loaded one."""
+COMMAND_S = 120
+"""A command that only prints or refuses: an import, seconds."""
+TRAINED_S = RUN_S + 300
+"""What :func:`trained` may add to the first test that needs it: the two encoders' pre-training
+(100 steps each, in this process: tens of seconds on a quiet machine), then the run."""
+
+
+def ffjobs(cwd: Path, *args: str, timeout: int = RUN_S) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "ffjobs.cli", *args]
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 

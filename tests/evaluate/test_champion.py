@@ -12,10 +12,12 @@ from ffjobs.registry.publish import log_face_swap, register_version
 from ffjobs.runs.run import create_run
 from ffjobs.tracking.mlflow_logger import mlflow_client
 
+from .conftest import TRAINED_S
 from .test_evaluate import untrained_model
 
 NAME = "ffjobs-evaluate-test"
-pytestmark = pytest.mark.slow  # the shared trained model: about a minute on 2 cores
+# the shared trained model (about a minute on 2 cores), then the test's own work
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(TRAINED_S + 600)]
 
 
 def register_champion(config, model) -> str:

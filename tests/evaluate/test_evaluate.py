@@ -18,10 +18,11 @@ from ffjobs.models.identity import build_identity_encoder
 from ffjobs.models.swap import FaceSwap, face_swap_from_checkpoint
 from ffjobs.train.trainer import seed_everything
 
-from .conftest import STEPS, ffjobs
+from .conftest import COMMAND_S, STEPS, TRAINED_S, ffjobs
 
 CPU = torch.device("cpu")
-pytestmark = pytest.mark.slow  # the shared trained model: about a minute on 2 cores
+# the shared trained model (about a minute on 2 cores), then the test's own work
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(TRAINED_S + 600)]
 
 RETRIEVAL_MARGIN = 2
 """Held-out swaps the trained model must get right beyond the untrained one's (see below)."""
@@ -178,11 +179,11 @@ def test_bad_input_is_one_line_naming_what_and_where(trained, tmp_path):
 
 
 def test_evaluate_help_and_the_command_on_a_run(trained):
-    shown = ffjobs(trained.root, "evaluate", "--help")
+    shown = ffjobs(trained.root, "evaluate", "--help", timeout=COMMAND_S)
     assert shown.returncode == 0
     for words in ("--run-key KEY", "--model URI", "never saw", "evaluate.fid_weights", "Exit code"):
         assert words in shown.stdout, words
-    neither = ffjobs(trained.root, "evaluate")
+    neither = ffjobs(trained.root, "evaluate", timeout=COMMAND_S)
     assert neither.returncode == 2 and "one of the arguments --run-key --model" in neither.stderr
 
     again = ffjobs(trained.root, "evaluate", "--run-key", trained.run_key,

@@ -19,6 +19,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+MIGRATE_LIMIT_S = 300
+"""``airflow db migrate`` of a new SQLite database (under a minute on a quiet machine)."""
+DAG_RUN_LIMIT_S = 600
+"""One ``dag.test()`` of the tiny pipeline, all five stages (about two minutes on a quiet
+two-core machine, several times that on a loaded one)."""
+ONE_DAG_RUN_LIMIT_S = MIGRATE_LIMIT_S + DAG_RUN_LIMIT_S
+"""A test's own limit: the database it migrates and the one DAG run it makes."""
+
 TINY = [
     "train.checkpoint_every=2",
     "train.log_every=2",
@@ -62,7 +70,11 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
     airflow = Path(sys.executable).parent / "airflow"
     migrate = subprocess.run(
-        [str(airflow), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
+        [str(airflow), "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=MIGRATE_LIMIT_S,
     )
     assert migrate.returncode == 0, migrate.stdout[-2000:] + migrate.stderr[-2000:]
     return env
@@ -76,7 +88,7 @@ def dag_test(env: dict[str, str], cwd: Path, conf: dict) -> tuple[dict, str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=DAG_RUN_LIMIT_S,
     )
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
@@ -100,6 +112,7 @@ def mlflow_client(tmp_path: Path):
     return MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
 
 
+@pytest.mark.timeout(MIGRATE_LIMIT_S + 2 * DAG_RUN_LIMIT_S)  # the run, then its resume
 def test_dag_runs_every_stage_into_one_mlflow_run(airflow_env, tmp_path):
     conf = {"config": deployment_config(tmp_path), "train_steps": 4, "overrides": TINY}
     result, log = dag_test(airflow_env, tmp_path, conf)
@@ -154,6 +167,7 @@ def test_dag_runs_every_stage_into_one_mlflow_run(airflow_env, tmp_path):
     assert len(client.search_runs([experiment.experiment_id])) == 2
 
 
+@pytest.mark.timeout(ONE_DAG_RUN_LIMIT_S)
 def test_failed_validation_fails_the_task_and_never_trains(airflow_env, tmp_path):
     from ffjobs.data.synth import generate_dataset
 

@@ -26,6 +26,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MARKER = "FFJOBS_TEST_KILLED_RUN"
 PAUSE_AT = 4
+START_S = 300
+"""From ``ffjobs run`` to both ranks held at PAUSE_AT (the dataset, two ranks, a loader worker
+each, the writer process): under a minute on a quiet 2-core machine."""
+COMMAND_S = 120
+"""``ffjobs runs show`` or ``list``: an import and a few small files, seconds."""
+RESUME_S = 300
+"""``ffjobs run --resume`` of the last 2 steps on two ranks: seconds of training."""
 SETTINGS = [  # the tiny model, without a pre-trained encoder
     *TINY_MODEL,
     "model.identity_weights=null",
@@ -59,7 +66,7 @@ def ffjobs_json(cwd: Path, *args: str) -> dict:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=COMMAND_S,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
@@ -109,7 +116,7 @@ def start_paused(workdir: Path, key: str) -> tuple[subprocess.Popen, str, Path]:
         texts = [p.read_text() for p in logs.glob("rank-*.log")]
         return len(texts) == 2 and all(f"paused at step {PAUSE_AT}" in t for t in texts)
 
-    wait_until(paused, 300, "both ranks paused")
+    wait_until(paused, START_S, "both ranks paused")
     checkpoint = workdir / "runs" / "checkpoints" / key / manifest_name(2)
     wait_until(checkpoint.exists, 60, "the writer process wrote step 2")
     processes = marked(marker).values()
@@ -120,6 +127,8 @@ def start_paused(workdir: Path, key: str) -> tuple[subprocess.Popen, str, Path]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+# the start, the writer (60 s), the end (60 s and 10 s), three reads, the resume, the checks
+@pytest.mark.timeout(START_S + 60 + 70 + 3 * COMMAND_S + RESUME_S + 60)
 def test_a_killed_run_leaves_no_process_and_says_so(workdir, sig):
     key = f"killed-{sig.name.lower()}"
     command, marker, go = start_paused(workdir, key)
@@ -157,7 +166,7 @@ def test_a_killed_run_leaves_no_process_and_says_so(workdir, sig):
         cwd=workdir,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=RESUME_S,
     )
     assert resume.returncode == 0, resume.stderr[-3000:] + resume.stdout[-3000:]
     if sig == signal.SIGKILL:

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,24 @@ from train.helpers import TINY_MODEL, final_weights  # tests/ is on sys.path (ro
 
 from ffjobs.slurm.drills import cut_link, job_nodes, throttled_link, wait_for_step
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 REPO = Path(__file__).resolve().parents[2]
 STEPS, CHECKPOINT_EVERY = 8, 2
+JOB_S = 900
+"""Limit of one ``ffjobs train --submit --wait`` (or ``ffjobs run`` up to training) of the tiny
+job, its retries included: one to three minutes on a quiet 2-core machine, with room for a
+loaded one."""
+RESUME_S = 600
+"""``ffjobs run --resume`` supervising one more job of the tiny training."""
+MID_TRAINING_S = 600
+"""From the submission until the first job's ranks are at a step (or held at their pause), the
+two waits of :func:`wait_for_log` and :func:`ffjobs.slurm.drills.wait_for_step`, 300 s each."""
+STRAIGHT_S = 300
+"""The straight reference on two local ranks, trained by the first test that needs it: tens of
+seconds for 8 or 60 steps."""
+DRILL_S = JOB_S + STRAIGHT_S + 60
+"""A drill's limit: its job, the reference, the checks. Drills that wait for more say so."""
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(DRILL_S)]
 TRAIN = [
     *TINY_MODEL,
     "model.identity_weights=null",  # a random frozen encoder: no pre-training in the jobs
@@ -57,7 +72,7 @@ def submit(tmp_path: Path, env: dict[str, str], *overrides: str) -> tuple[int, d
     """``ffjobs train --submit --wait`` of a tiny job; (exit code, outcome, attempt records)."""
     command = ffjobs(*SUBMIT, "--wait", sets=[*TRAIN, *run_dirs(tmp_path), *overrides])
     result = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=JOB_S
     )
     assert result.stdout.strip(), result.stderr[-4000:]
     outcome = json.loads(result.stdout)
@@ -66,16 +81,25 @@ def submit(tmp_path: Path, env: dict[str, str], *overrides: str) -> tuple[int, d
     return result.returncode, outcome, attempts
 
 
-def straight_run(tmp_path: Path, *overrides: str) -> dict:
-    """The same training without faults, as local ranks: the reference weights."""
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> Callable[..., dict]:
+    """``straight(*overrides)``: the final weights of the same training without faults, as
+    local ranks: the reference of the bitwise checks, trained once per settings and test run."""
     from ffjobs.config import load_config
     from ffjobs.train.launch import launch_local
 
-    sets = [*TRAIN, *overrides, "slurm.executor=local", "slurm.nodes=1"]
-    config = load_config("minicluster", sets)
-    launch_local(config, 2, data="memory", checkpoint_dir=str(tmp_path / "straight"),
-                 quiet_stdout=True)  # fmt: skip
-    return final_weights(tmp_path / "straight")
+    root, weights = tmp_path_factory.mktemp("straight"), {}
+
+    def reference(*overrides: str) -> dict:
+        if overrides not in weights:
+            sets = [*TRAIN, *overrides, "slurm.executor=local", "slurm.nodes=1"]
+            folder = root / str(len(weights))
+            launch_local(load_config("minicluster", sets), 2, data="memory",
+                         checkpoint_dir=str(folder), quiet_stdout=True)  # fmt: skip
+            weights[overrides] = final_weights(folder)
+        return weights[overrides]
+
+    return reference
 
 
 def assert_bitwise_equal(ours: dict, reference: dict, steps: int = STEPS) -> None:
@@ -97,7 +121,7 @@ def env(local_stack) -> dict[str, str]:
     return {**env, "OMP_NUM_THREADS": "1"}
 
 
-def test_killed_rank_is_retried_without_its_node_and_finishes_bitwise(tmp_path, env):
+def test_killed_rank_is_retried_without_its_node_and_finishes_bitwise(tmp_path, env, straight):
     code, outcome, attempts = submit(
         tmp_path, env, "train.faults.kill_rank=1", "train.faults.kill_at_step=5"
     )
@@ -112,10 +136,10 @@ def test_killed_rank_is_retried_without_its_node_and_finishes_bitwise(tmp_path, 
     assert second["kind"] is None and outcome["facts"]["final_step"] == STEPS
     assert 0 < outcome["facts"]["goodput"] < 1
     key = outcome["run_key"]
-    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight_run(tmp_path))
+    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight())
 
 
-def test_fast_path_restarts_the_worker_group_inside_the_allocation(tmp_path, env):
+def test_fast_path_restarts_the_worker_group_inside_the_allocation(tmp_path, env, straight):
     code, outcome, attempts = submit(
         tmp_path, env, "slurm.restarts_in_allocation=1",
         "train.faults.kill_rank=1", "train.faults.kill_at_step=5",
@@ -124,10 +148,10 @@ def test_fast_path_restarts_the_worker_group_inside_the_allocation(tmp_path, env
     (only,) = attempts  # recovered inside the first job: no resubmission
     assert only["kind"] is None and only["start_step"] == 0
     key = outcome["run_key"]
-    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight_run(tmp_path))
+    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight())
 
 
-def test_hung_rank_is_caught_by_the_collective_timeout_and_retried_bitwise(tmp_path, env):
+def test_hung_rank_is_caught_by_the_collective_timeout_and_retried_bitwise(tmp_path, env, straight):
     code, outcome, attempts = submit(
         tmp_path, env, "train.faults.hang_rank=1", "train.faults.hang_at_step=5",
         "train.collective_timeout_s=10",
@@ -141,7 +165,7 @@ def test_hung_rank_is_caught_by_the_collective_timeout_and_retried_bitwise(tmp_p
     assert first["ended_at"] - first["started_at"] < 10 + 60
     assert first["steps_lost"] <= CHECKPOINT_EVERY
     key = outcome["run_key"]
-    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight_run(tmp_path))
+    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight())
 
 
 def test_user_code_exception_is_not_retried_and_says_why(tmp_path, env):
@@ -182,20 +206,24 @@ def start(tmp_path: Path, env: dict[str, str], *overrides: str) -> subprocess.Po
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, dict, list]:
-    out, _ = proc.communicate(timeout=900)
+    out, _ = proc.communicate(timeout=JOB_S)
     assert out.strip().startswith("{"), out[-3000:]
     outcome = json.loads(out)
     log = Path(outcome["facts"]["attempt_log"]).read_text()
     return proc.returncode, outcome, [json.loads(line) for line in log.splitlines()]
 
 
-def test_preemption_signal_checkpoints_and_requeues_through_submitit(tmp_path, env):
+@pytest.mark.timeout(MID_TRAINING_S + DRILL_S)
+def test_preemption_signal_checkpoints_and_requeues_through_submitit(tmp_path, env, straight):
     """USR2 (what SLURM sends before a pre-emption or the time limit) on every task: one
     consistent checkpoint, a requeue of the same job by submitit, and the run finishes."""
-    # long enough (about 10 s of steps) that the signal lands mid-training
-    proc = start(tmp_path, env, "train.steps=200", "train.checkpoint_every=50")
-    job_id = wait_for_step(tmp_path, 3)
+    # the ranks are held at step 5 until the signal ends the pause: it lands mid-training
+    proc = start(tmp_path, env, "train.faults.pause_at_step=5",
+                 f"train.faults.pause_until_file={tmp_path / 'never'}")  # fmt: skip
+    wait_for_log(tmp_path, "paused at step 5")
+    job_id = wait_for_step(tmp_path, 4)
     subprocess.run(["scancel", "--signal=USR2", job_id], env=env, check=True, timeout=30)
+    start_requeued_now(job_id, env)
     code, outcome, attempts = finish(proc)
     assert code == 0, outcome
     assert len(attempts) == 1 and attempts[0]["job_id"] == job_id  # requeued, not resubmitted
@@ -203,10 +231,25 @@ def test_preemption_signal_checkpoints_and_requeues_through_submitit(tmp_path, e
     rank0 = (folder / f"{job_id}_0_log.err").read_text()
     rank0 += (folder / f"{job_id}_0_log.out").read_text()
     assert "will checkpoint and stop" in rank0 and "resumed from" in rank0
-    assert outcome["facts"]["final_step"] == 200
-    more = ("train.steps=200", "train.checkpoint_every=50")
+    assert outcome["facts"]["final_step"] == STEPS
     ours = final_weights(tmp_path / "ckpt" / outcome["run_key"])
-    assert_bitwise_equal(ours, straight_run(tmp_path, *more), steps=200)
+    assert_bitwise_equal(ours, straight())
+
+
+def start_requeued_now(job_id: str, env: dict[str, str], timeout_s: float = 300) -> None:
+    """Once SLURM has requeued the job, let it start at once: slurmctld holds a requeued batch
+    job for its credential lifetime (``AuthInfo=cred_expire``, 120 s), and what is checked here
+    is the requeue and the resume, not that wait."""
+    deadline = time.monotonic() + timeout_s
+    show = ["scontrol", "show", "job", "--oneliner", job_id]
+    while True:
+        job = subprocess.run(show, env=env, capture_output=True, text=True, timeout=30).stdout
+        if "JobState=PENDING" in job and "Restarts=0" not in job:
+            break
+        assert time.monotonic() < deadline, f"job {job_id} not requeued in {timeout_s:.0f} s"
+        time.sleep(0.5)
+    update = ["scontrol", "update", f"JobId={job_id}", "StartTime=now"]
+    subprocess.run(update, env=env, check=True, capture_output=True, timeout=30)
 
 
 def wait_for_log(tmp_path: Path, text: str, tasks: int = 2, timeout_s: float = 300) -> None:
@@ -221,7 +264,10 @@ def wait_for_log(tmp_path: Path, text: str, tasks: int = 2, timeout_s: float = 3
 
 
 @pytest.mark.parametrize("how", ["scancel", "ctrl-c"])
-def test_a_users_cancel_stops_the_run_and_an_explicit_resume_finishes_it(tmp_path, env, how):
+@pytest.mark.timeout(MID_TRAINING_S + RESUME_S + DRILL_S)
+def test_a_users_cancel_stops_the_run_and_an_explicit_resume_finishes_it(
+    tmp_path, env, straight, how
+):
     """``scancel`` (or Ctrl-C on ``ffjobs train --submit --wait``, which cancels its job) of a
     job whose ranks are held at step 5: SIGTERM, every rank trains step 5, checkpoints it and
     stops; nothing requeues the job (one run in ``sacct -D``, no REQUEUED), the attempt is
@@ -265,17 +311,18 @@ def test_a_users_cancel_stops_the_run_and_an_explicit_resume_finishes_it(tmp_pat
     resume = ffjobs("run", "--resume", key, "--stages", "train", "--json",
                     sets=[f"runs_dir={tmp_path / 'runs'}"])  # fmt: skip
     result = subprocess.run(resume, cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=600)  # fmt: skip
+                            timeout=RESUME_S)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (train,) = json.loads(result.stdout)["stages"]
     log = Path(train["facts"]["attempt_log"]).read_text().splitlines()
     first, second = [json.loads(line) for line in log]
     assert first["kind"] == "cancelled" and second["kind"] is None
     assert second["start_step"] == 5 and second["final_step"] == STEPS
-    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight_run(tmp_path))
+    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight())
 
 
-def test_cut_link_names_the_node_and_the_retry_runs_without_it(tmp_path, env):
+@pytest.mark.timeout(MID_TRAINING_S + DRILL_S)
+def test_cut_link_names_the_node_and_the_retry_runs_without_it(tmp_path, env, straight):
     """The network link of the node of rank 1 goes down mid-training and stays down."""
     proc = start(tmp_path, env, "train.steps=60", "train.collective_timeout_s=10")
     job_id = wait_for_step(tmp_path, 3)
@@ -293,10 +340,11 @@ def test_cut_link_names_the_node_and_the_retry_runs_without_it(tmp_path, env):
         assert first["suspect_nodes"][0] == victim, first
         assert first["steps_lost"] <= CHECKPOINT_EVERY
     ours = final_weights(tmp_path / "ckpt" / outcome["run_key"])
-    assert_bitwise_equal(ours, straight_run(tmp_path, "train.steps=60"), steps=60)
+    assert_bitwise_equal(ours, straight("train.steps=60"), steps=60)
 
 
-def test_a_node_that_dies_mid_job_is_excluded_and_the_run_finishes(tmp_path, env):
+@pytest.mark.timeout(MID_TRAINING_S + DRILL_S + 300)  # + the node's return (up.sh)
+def test_a_node_that_dies_mid_job_is_excluded_and_the_run_finishes(tmp_path, env, straight):
     """Every process in the namespace of the node of rank 1 (its slurmd, slurmstepd and the
     rank) is killed mid-training: what a node crash looks like to the rest of the cluster."""
     import time
@@ -320,7 +368,7 @@ def test_a_node_that_dies_mid_job_is_excluded_and_the_run_finishes(tmp_path, env
     assert victim not in second["nodes"] and second["kind"] is None
     assert first["steps_lost"] <= CHECKPOINT_EVERY
     ours = final_weights(tmp_path / "ckpt" / outcome["run_key"])
-    assert_bitwise_equal(ours, straight_run(tmp_path, "train.steps=60"), steps=60)
+    assert_bitwise_equal(ours, straight("train.steps=60"), steps=60)
 
 
 def test_ffjobs_run_with_a_slurm_profile_trains_on_slurm_into_one_mlflow_run(tmp_path, env):
@@ -335,7 +383,7 @@ def test_ffjobs_run_with_a_slurm_profile_trains_on_slurm_into_one_mlflow_run(tmp
     command = ffjobs("run", "-c", "minicluster", "--stages", "validate,preflight,train", "--json",
                      sets=sets)  # fmt: skip
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=900)  # fmt: skip
+                            timeout=JOB_S)  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     summary = json.loads(result.stdout)
     assert [s["status"] for s in summary["stages"]] == ["passed"] * 3
@@ -372,7 +420,7 @@ def test_preflight_on_three_nodes_names_the_throttled_one_and_training_runs_with
                      sets=sets)  # fmt: skip
     with throttled_link("node3", "20mbit"):
         result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
-                                timeout=900)  # fmt: skip
+                                timeout=JOB_S)  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     validate, preflight, train = json.loads(result.stdout)["stages"]
     assert preflight["status"] == "passed", preflight
@@ -386,7 +434,8 @@ def test_preflight_on_three_nodes_names_the_throttled_one_and_training_runs_with
 
 
 @pytest.mark.parametrize("how", ["live", "ended", "fails"])
-def test_a_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env, how):
+@pytest.mark.timeout(300 + 600 + RESUME_S + STRAIGHT_S + 60)  # submit, the job's end, resume
+def test_a_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env, straight, how):
     """``ffjobs train --submit`` returns once the job is queued; supervising the run later
     (``ffjobs run --resume KEY --stages train``) waits for that job instead of submitting one,
     and a job that ended while nobody supervised it is read and recorded as its attempt, from
@@ -412,7 +461,7 @@ def test_a_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env, how):
     resume = ffjobs("run", "--resume", key, "--stages", "train", "--json",
                     sets=[f"runs_dir={tmp_path / 'runs'}"])  # fmt: skip
     result = subprocess.run(resume, cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=600)  # fmt: skip
+                            timeout=RESUME_S)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (train,) = json.loads(result.stdout)["stages"]
     attempts = [
@@ -439,4 +488,4 @@ def test_a_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env, how):
     assert second["kind"] is None and second["final_step"] == STEPS
     assert jobs == [job_id, second["job_id"]]
     # trained on random tensors throughout (--data memory), as the straight run
-    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight_run(tmp_path))
+    assert_bitwise_equal(final_weights(tmp_path / "ckpt" / key), straight())

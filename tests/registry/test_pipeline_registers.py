@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+PIPELINE_S = 900
+"""The whole pipeline, both identity encoders' pre-training included: about 2 minutes on a quiet
+2-core machine, 7 times that for a loaded one."""
 QUICK = [
     "--set", "train.steps=4",
     "--set", "train.checkpoint_every=2",
@@ -23,12 +26,13 @@ QUICK = [
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(PIPELINE_S + 60)  # the pipeline, then a look at the registry
 def test_ffjobs_run_registers_the_challenger(tmp_path):
     pytest.importorskip("ffjobs.evaluate.stage", reason="needs the evaluate stage")
     done = subprocess.run(
         [sys.executable, "-m", "ffjobs.cli", "run", "--config", str(REPO / "configs/local.yaml"),
          *QUICK],
-        cwd=tmp_path, capture_output=True, text=True, timeout=900,
+        cwd=tmp_path, capture_output=True, text=True, timeout=PIPELINE_S,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "[ passed] register" in done.stdout

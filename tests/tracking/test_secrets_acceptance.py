@@ -20,6 +20,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+PIPELINE_S = 900
+"""The whole pipeline, the evaluation encoder's pre-training included: about 2 minutes on a
+quiet 2-core machine, 7 times that for a loaded one."""
+SHOW_S = 120
+"""``ffjobs runs show``: an import and a few small files, seconds."""
 SECRETS = [f"S3CRETPW{i}" for i in range(1, 8)]
 TINY = [
     "train.steps=4",
@@ -68,20 +73,21 @@ def leaks(where: Path) -> dict[str, list[str]]:
 
 
 @pytest.mark.slow  # the whole pipeline: validate, preflight, train, evaluate, register
+@pytest.mark.timeout(PIPELINE_S + 2 * SHOW_S + 90 + 60)  # + the server's start, the checks
 def test_no_secret_reaches_mlflow_or_the_terminal(tmp_path, mlflow_server):
     from mlflow.tracking import MlflowClient
 
     sets = [f"--set={line}" for line in [*TINY, *secret_overrides(mlflow_server.uri)]]
     env = secret_environment()
 
-    def ffjobs(*args: str) -> subprocess.CompletedProcess:
+    def ffjobs(*args: str, timeout: float = SHOW_S) -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "ffjobs.cli", *args]
         return subprocess.run(
-            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
         )
 
     config = ["--config", str(REPO / "configs/local.yaml")]
-    run = ffjobs("run", *config, *sets, "--set=tracking.experiment=secrets")
+    run = ffjobs("run", *config, *sets, "--set=tracking.experiment=secrets", timeout=PIPELINE_S)
     assert run.returncode == 0, run.stderr[-4000:]
     key = run.stdout.split("run ", 1)[1].split(":", 1)[0]
     show = ffjobs("runs", "show", key, *config, *sets)

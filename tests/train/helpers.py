@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,25 +38,47 @@ TINY_MODEL = [
 
 
 def tiny_identity_weights() -> str:
-    """An identity encoder of the tiny model's shape, pre-trained once per test process.
+    """An identity encoder of the tiny model's shape, pre-trained once per test run (shared by
+    its processes through the run's folder, ``FFJOBS_TEST_RUN_DIR`` of tests/conftest.py).
 
     The local demo's encoder (300 steps on the default 24x8 synthetic identities), as training
     really uses. With a random or barely trained encoder the embeddings are near-degenerate and
     the identity loss's cosine gradients are large and noisy: the 2-rank vs 1-rank comparison
     then drifts by 1e-5 to 3e-4 after 3 steps instead of staying below 1e-6.
     """
-    out = Path(tempfile.gettempdir()) / f"ffjobs-test-identity-{os.getpid()}.pt"
-    if not out.exists():
+    from ffjobs.shared_inputs import make_once
+
+    out = Path(os.environ["FFJOBS_TEST_RUN_DIR"]) / "tiny-identity.pt"
+    if not out.exists():  # this test makes it or waits for the process making it
+        _allow_more_time(PRETRAIN_S)
+
+    def pretrain(path: Path) -> None:
         from ffjobs.data.synth import generate_dataset
         from ffjobs.models.identity_pretrain import train_identity_encoder
 
-        model = load_config("local", [f"{key}" for key in TINY_MODEL]).model
+        model = load_config("local", TINY_MODEL).model
         with tempfile.TemporaryDirectory() as tmp:
             data = generate_dataset(Path(tmp) / "faces", identities=24, per_identity=8, size=64)
-            partial = out.with_suffix(".partial")
-            train_identity_encoder(model, data, partial)
-            partial.replace(out)
+            train_identity_encoder(model, data, path)
+
+    make_once(out, pretrain, what="the tiny identity encoder")
     return str(out)
+
+
+PRETRAIN_S = 900
+"""The tiny encoder's pre-training (300 steps on 192 images), on top of the test's own limit:
+more than 4 minutes of CPU, so 2 to 3 minutes on a quiet 2-core machine; 900 s leaves room for
+a loaded one."""
+
+
+def _allow_more_time(seconds: float) -> None:
+    """Extend the running test's time limit by ``seconds``, for work done once per test run
+    that lands in whichever test needs it first. pytest-timeout's signal method (the one
+    configured) is an ITIMER_REAL alarm in the main thread."""
+    if threading.current_thread() is threading.main_thread():
+        left, interval = signal.getitimer(signal.ITIMER_REAL)
+        if left > 0:
+            signal.setitimer(signal.ITIMER_REAL, left + seconds, interval)
 
 
 def tiny_config(tmp_path: Path, *overrides: str) -> Config:

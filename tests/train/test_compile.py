@@ -20,6 +20,10 @@ from .helpers import (
     tiny_config,
 )
 
+# three compiled or eager float64 trainings on two ranks, compiled cold: about a minute on a
+# quiet 2-core machine
+pytestmark = pytest.mark.slow
+
 # as in test_ddp_acceptance: no clipping (it would hide a mis-scaled average), Adam eps 1e-4
 SHORT = ["train.ema_decay=0.5", "train.adam_eps=1e-4", "train.grad_clip=null", "train.batch_size=2"]
 

@@ -21,6 +21,9 @@ from .helpers import tiny_config
 
 KEY = bytes(range(32))
 """The run's signing key in these tests."""
+COMPILED_RUN_S = 600
+"""One process training 2 or 3 compiled steps from an empty compiler cache: about a minute on a
+quiet 2-core machine, 10 times that for a loaded one."""
 
 _RUN = """
 import json, sys
@@ -53,7 +56,7 @@ def _compiled_run(config, local_cache) -> dict:
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=COMPILED_RUN_S,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
@@ -65,6 +68,7 @@ def _compiled_run(config, local_cache) -> dict:
 
 
 @pytest.mark.slow  # two cold CPU compiles: minutes on two cores
+@pytest.mark.timeout(2 * COMPILED_RUN_S + 60)  # the two runs, the tiny encoder if not made yet
 def test_a_restarted_compiled_run_loads_the_cache_from_its_checkpoint_dir(tmp_path):
     overrides = ["train.compile=true", "train.steps=2", "train.checkpoint_every=2"]
     first = _compiled_run(tiny_config(tmp_path, *overrides), tmp_path / "local-1")

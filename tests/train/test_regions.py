@@ -54,6 +54,10 @@ print(json.dumps({
 """
 
 
+REGION_RUN_S = 240
+"""One process compiling (or loading) a one-layer region on CPU: seconds on a quiet machine."""
+
+
 def _run(mode: str, path) -> dict:
     env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
     done = subprocess.run(
@@ -61,7 +65,7 @@ def _run(mode: str, path) -> dict:
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=REGION_RUN_S,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
