@@ -10,7 +10,6 @@ too and a record counts as settled only once its node list is whole.
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -154,30 +153,3 @@ def parse_sacct_line(line: str) -> JobAccounting:
 def parse_sacct_output(text: str) -> list[JobAccounting]:
     """Parse every non-blank line of ``sacct -P -o JobID,State,ExitCode,NodeList,Elapsed,NNodes``."""
     return [parse_sacct_line(line) for line in text.splitlines() if line.strip()]
-
-
-def read_job_accounting(job_id: str | int, runner: Runner = run_command) -> JobAccounting | None:
-    """The job's allocation record from ``sacct``, or ``None`` while accounting has no record yet."""
-    argv = ["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", ",".join(SACCT_FIELDS)]
-    records = parse_sacct_output(runner(argv))
-    mine = [r for r in records if r.job_id == str(job_id)]
-    # A requeued job appears once per run; the last line is the latest.
-    return (mine or records or [None])[-1]
-
-
-def wait_for_final_state(
-    job_id: str | int,
-    timeout_s: float = 60.0,
-    poll_s: float = 1.0,
-    runner: Runner = run_command,
-) -> JobAccounting:
-    """Poll ``sacct`` until the job's record is final and settled (accounting lags the scheduler)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        record = read_job_accounting(job_id, runner)
-        if record is not None and record.settled:
-            return record
-        if time.monotonic() >= deadline:
-            state = record.raw_state if record else "no accounting record"
-            raise TimeoutError(f"job {job_id} not finished after {timeout_s:.0f} s ({state})")
-        time.sleep(poll_s)

@@ -49,8 +49,6 @@ class SlurmConfig:
     """The fast path: restarts of the whole worker group on the same nodes, inside the job's
     allocation, before the job fails and a new one is submitted (0: every failure is a new
     job). One elastic agent per node then starts that node's ranks."""
-    retry_oom: bool = False
-    """Retry a job that ran out of memory (off: the same job runs out of memory again)."""
 
     def __post_init__(self) -> None:
         bad = [name for name in self.env if not _ENV_NAME.fullmatch(name)]

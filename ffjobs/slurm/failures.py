@@ -12,8 +12,8 @@ Precedence, first match wins:
 2. ``PREEMPTED`` (or "DUE TO PREEMPTION") -> PREEMPTION, retryable.
 3. ``TIMEOUT``/``DEADLINE`` (or "DUE TO TIME LIMIT") -> TIMEOUT, retryable: resume from the
    latest checkpoint.
-4. ``OUT_OF_MEMORY`` or an OOM line on any rank -> OUT_OF_MEMORY, retryable only with
-   ``retry_oom``. A rank that runs out of memory makes its peers' collectives fail, so its
+4. ``OUT_OF_MEMORY`` or an OOM line on any rank -> OUT_OF_MEMORY, not retryable: nothing
+   changes before a retry, so it would run out of memory again. A rank that runs out of memory makes its peers' collectives fail, so its
    OOM outranks their communicator errors.
 4a. A rank's last traceback ends in a storage error (ffjobs' ``StorageError`` naming the
    checkpoint folder and its free space; ENOSPC, EDQUOT, EROFS, EACCES; S3 ``AccessDenied``)
@@ -300,15 +300,12 @@ def classify_failure(
     exit_code: int | None,
     ranks: Sequence[RankLog],
     *,
-    retry_oom: bool = False,
     lost_nodes: Sequence[str] = (),
 ) -> Failure:
     """Decide what ended a job: kind, whether to retry, evidence, suspect nodes.
 
     ``state`` is the normalised SLURM job state (None for a local launch), ``exit_code`` the
-    job's, ``ranks`` what each rank printed. ``retry_oom`` makes OUT_OF_MEMORY retryable, for a
-    supervisor that changes something (fewer images per GPU) before it retries. See the module
-    docstring for the precedence.
+    job's, ``ranks`` what each rank printed. See the module docstring for the precedence.
 
     ``lost_nodes`` are nodes of the job that the controller stopped reaching (``sinfo``: down or
     not responding; or still not done with a job cancelled after its ranks failed). Only the
@@ -316,7 +313,7 @@ def classify_failure(
     retryable failure they become the first suspects, with that as evidence; a fatal failure
     stays fatal whatever the nodes did.
     """
-    failure = _classify(state, exit_code, ranks, retry_oom=retry_oom)
+    failure = _classify(state, exit_code, ranks)
     lost = [n for n in dict.fromkeys(lost_nodes) if n not in failure.suspect_nodes]
     if not lost or not failure.retryable:
         return failure
@@ -332,9 +329,7 @@ def classify_failure(
     )
 
 
-def _classify(
-    state: str | None, exit_code: int | None, ranks: Sequence[RankLog], *, retry_oom: bool
-) -> Failure:
+def _classify(state: str | None, exit_code: int | None, ranks: Sequence[RankLog]) -> Failure:
     findings = [_scan(log) for log in sorted(ranks, key=lambda log: log.rank)]
     state = (state or "").upper()
     if state in ("", "CANCELLED"):  # PreemptMode=CANCEL and scancel both record CANCELLED
@@ -373,11 +368,10 @@ def _classify(
     oom = [f for f in findings if f.oom]
     if state == "OUT_OF_MEMORY" or oom:
         where = ", ".join(f.origin for f in oom) or "the job"
-        advice = "retried (retry_oom)" if retry_oom else "not retried: lower the batch size"
         return Failure(
             kind=FailureKind.OUT_OF_MEMORY,
-            retryable=retry_oom,
-            summary=f"out of memory on {where}; {advice}",
+            retryable=False,
+            summary=f"out of memory on {where}; not retried: lower the batch size",
             evidence=_cap(
                 (state_line if state == "OUT_OF_MEMORY" else [])
                 + [e for f in oom for e in f.evidence(f.oom)]

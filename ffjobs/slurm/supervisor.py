@@ -46,8 +46,6 @@ class RetryPolicy:
     """Wait after the first failed attempt."""
     backoff_factor: float = 2.0
     backoff_max_s: float
-    retry_oom: bool = False
-    """Retry OUT_OF_MEMORY too: only for a caller that changes something before it retries."""
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -426,7 +424,7 @@ class Supervision:
             state = result.slurm_state or _CLASSIFIER_STATE.get(result.state, result.state.value)
             failure = self.classify(
                 state, result.exit_code, result.ranks,
-                retry_oom=self.policy.retry_oom, lost_nodes=result.lost_nodes,
+                lost_nodes=result.lost_nodes,
             )  # fmt: skip
         excluded = excluded_after(self.records, self.exclude)
         entry = attempt_record(len(self.records) + 1, result, failure, excluded)

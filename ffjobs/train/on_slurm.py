@@ -44,7 +44,6 @@ def retry_policy(config: Config) -> RetryPolicy:
         max_attempts=slurm.max_attempts,
         backoff_s=slurm.retry_backoff_s,
         backoff_max_s=slurm.retry_backoff_max_s,
-        retry_oom=slurm.retry_oom,
     )
 
 

@@ -103,7 +103,7 @@ def train_stage(
                 job, config.slurm.tasks_per_node, log_dir=log_dir, quiet_stdout=run.quiet_stdout
             )
     except LaunchFailed as exc:
-        failure = launch_failure(exc, log_dir, config.slurm.tasks_per_node, config.slurm.retry_oom)
+        failure = launch_failure(exc, log_dir, config.slurm.tasks_per_node)
         _record_local_attempt(run, started_at, start_step, failure)
         return StageOutcome(
             "train",
@@ -150,7 +150,7 @@ def train_stage(
     return StageOutcome("train", "passed", 0.0, summary, facts=facts)
 
 
-def launch_failure(exc: LaunchFailed, log_dir: Path, nproc: int, retry_oom: bool) -> Failure:
+def launch_failure(exc: LaunchFailed, log_dir: Path, nproc: int) -> Failure:
     """Why the local ranks failed, read from their logs as a SLURM job's are (a dataset that
     changed since validation: DATA, not retryable); the launcher's line (which rank, how it
     ended, its log) follows the verdict, or is the whole line where it names what storage refused
@@ -163,7 +163,7 @@ def launch_failure(exc: LaunchFailed, log_dir: Path, nproc: int, retry_oom: bool
     codes = {exc.rank: exc.returncode} if exc.rank is not None else {}
     paths = {rank: rank_log(log_dir, rank) for rank in range(nproc)}
     logs = read_rank_logs(paths, exit_codes_by_rank=codes)
-    failure = classify_failure(None, exc.returncode, logs, retry_oom=retry_oom)
+    failure = classify_failure(None, exc.returncode, logs)
     if failure.kind is FailureKind.UNKNOWN:
         return replace(failure, summary=line)
     if failure.kind is FailureKind.STORAGE and " on a storage error (" in line:

@@ -8,9 +8,9 @@ import time
 
 import cloudpickle
 import pytest
+from sacct_wait import wait_for_final_state
 
 from ffjobs.config import load_config
-from ffjobs.slurm.accounting import wait_for_final_state
 from ffjobs.slurm.executor import make_executor
 
 pytestmark = pytest.mark.integration

@@ -144,11 +144,6 @@ def test_oom_signatures_are_out_of_memory_and_not_retried(line):
     assert failure.evidence and failure.evidence[0].startswith("rank 1 (node2): ")
 
 
-def test_oom_is_retried_when_the_supervisor_asks():
-    failure = classify_failure("OUT_OF_MEMORY", 0, [rank(0)], retry_oom=True)
-    assert failure.kind is FailureKind.OUT_OF_MEMORY and failure.retryable
-
-
 def test_a_vague_oom_line_counts_only_on_a_sigkilled_rank():
     text = "srun: error: node2: task 1: oom event"
     assert classify_failure("FAILED", 137, [rank(1, text, exit_code=137)]).kind is (

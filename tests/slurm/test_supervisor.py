@@ -185,18 +185,11 @@ def test_user_code_failure_stops_after_one_attempt():
     assert lines[0].endswith("; stopping")
 
 
-def test_oom_is_not_retried_by_default():
+def test_oom_is_not_retried():
     outcome, records, _, sleeps = run(FakeBackend(oom_failure(), success()))
     assert not outcome.succeeded and len(records) == 1 and sleeps == []
     assert outcome.final is not None and outcome.final.kind is FailureKind.OUT_OF_MEMORY
     assert outcome.reason.startswith("not retryable: out of memory")
-
-
-def test_oom_is_retried_with_retry_oom():
-    backend = FakeBackend(oom_failure(), success(started_at=50.0))
-    outcome, records, _, sleeps = run(backend, policy(retry_oom=True))
-    assert outcome.succeeded and len(backend.calls) == 2 and sleeps == [2.0]
-    assert records[0].kind == "out_of_memory" and records[0].retryable
 
 
 def test_budget_spent_lists_every_attempt():
@@ -235,9 +228,9 @@ def test_initial_exclude_leaving_too_few_nodes_submits_nothing():
 def test_classifier_gets_slurm_state_names():
     seen = []
 
-    def classify(state, exit_code, ranks, *, retry_oom, lost_nodes):
+    def classify(state, exit_code, ranks, *, lost_nodes):
         seen.append(state)
-        return classify_failure(state, exit_code, ranks, retry_oom=retry_oom)
+        return classify_failure(state, exit_code, ranks)
 
     timed_out = AttemptResult(
         job_id="7", nodes=("node1",), state=JobState.TIMED_OUT, started_at=0.0, ended_at=5.0
