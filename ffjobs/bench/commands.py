@@ -28,3 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from ffjobs.bench import checkpoint
 
     checkpoint.register(actions)
+
+    from ffjobs.bench import numerics
+
+    numerics.register(actions)

@@ -4,11 +4,11 @@
 #   calibrate     seconds calibrate_batchnorm adds to building the train-256 models (CPU)
 #   cold          --data dataset, folder D gets the compile cache; warm: --data memory from D
 #   grads         grad_agreement.py --steps 10: gradients at the same weights and batch
-#   loss          loss_curves.py --steps 200 --seeds 3: loss levels over seeds (Welch's t)
+#   loss          ffjobs bench numerics --steps 200 --seeds 3: loss levels over seeds (Welch's t)
 # Writes OUTDIR/numerics.tgz, remade after each step so that a call cut short keeps what finished
 # (numerics/: machine.txt, NAME.out: stdout, NAME.log: stderr, times.txt, grads.json, loss.json);
 # loss gets the call's remaining time and loss.json keeps the launches that finished.
-#   usage: infra/bench/gpu-numerics.sh OUTDIR
+#   usage: dev/numerics/gpu-numerics.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . infra/bench/machine.sh
@@ -37,11 +37,11 @@ print(json.dumps({'calibrate_s': time.perf_counter() - started, 'threads': torch
 bench=(python -m ffjobs.cli bench train --config train-256 --json --warmup 15 --steps 40)
 step cold 200 "${bench[@]}" --data dataset --no-peak --checkpoint-dir "$work/D"
 step warm 75 "${bench[@]}" --data memory --no-peak --no-checkpoint --checkpoint-dir "$work/D"
-step grads 150 python infra/bench/grad_agreement.py --config train-256 --steps 10 \
+step grads 150 python dev/numerics/grad_agreement.py --config train-256 --steps 10 \
   --out "$results/grads.json"
 left=$((570 - SECONDS))  # what the call has left; under a minute, no loss curve is worth starting
 if [ "$left" -ge 60 ]; then
-  step loss "$left" python infra/bench/loss_curves.py --config train-256 --steps 200 --seeds 3 \
+  step loss "$left" python -m ffjobs.cli bench numerics --config train-256 --steps 200 --seeds 3 \
     --out "$results/loss.json"
 else
   echo "loss: skipped, $left s left" | tee -a "$results/times.txt"

@@ -14,9 +14,9 @@ keeps fused intermediates in fp32), so they differ from each other; the compiled
 honest where it is no further from fp32 than eager bf16 is. A compiled path that computed
 something else (a stale capture, a lost term) would be far further. The steps after the first
 few replay the preset's CUDA graphs. Loss curves cannot show this: a GAN's curves part within
-tens of steps whatever the arithmetic (infra/bench/loss_curves.py).
+tens of steps whatever the arithmetic (``ffjobs bench numerics``).
 
-    python infra/bench/grad_agreement.py [--config train-256] [--steps 20] [--set KEY=VALUE]
+    python dev/numerics/grad_agreement.py [--config train-256] [--steps 20] [--set KEY=VALUE]
         --out FILE
 """
 

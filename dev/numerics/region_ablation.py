@@ -23,7 +23,7 @@ from.
 ``--out FILE`` is rewritten after each run (what finished survives a time limit); the summary
 goes to stderr.
 
-    python infra/bench/region_ablation.py [--config train-256] [--steps 200] [--seeds 3]
+    python dev/numerics/region_ablation.py [--config train-256] [--steps 200] [--seeds 3]
         [--region identity ...] [--inductor KEY=VALUE ...] [--set KEY=VALUE] --out FILE
 """
 
@@ -41,8 +41,8 @@ import torch
 import torch._inductor.config as inductor_config
 import yaml
 from grad_agreement import build_trainers  # beside this script
-from loss_curves import paired
 
+from ffjobs.bench.numerics import paired_t
 from ffjobs.config import load_config, resolve_preset
 from ffjobs.train.trainer import Trainer, TrainResult
 
@@ -114,7 +114,7 @@ def main() -> None:
             done = len(runs["eager"])
             compared = {
                 variant: {
-                    name: paired(
+                    name: paired_t(
                         [run[name] for run in runs[variant][:done]],
                         [run[name] for run in runs["eager"][:done]],
                     )

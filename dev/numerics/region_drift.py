@@ -18,7 +18,7 @@ whether it grows as the weights move away from those the regions were captured a
 that kept a weight as a constant would compute with the first step's weights, and the
 difference would grow with every step).
 
-    python infra/bench/region_drift.py [--config train-256] [--steps 150] [--every 10]
+    python dev/numerics/region_drift.py [--config train-256] [--steps 150] [--every 10]
         [--set KEY=VALUE] --out FILE
 """
 
