@@ -1,6 +1,6 @@
 # Sourced by the GPU benchmark scripts. `machine_facts FILE [EXTRA COMMAND]` writes when and on
 # what they ran (UTC date, the GPUs, torch with its CUDA and NCCL versions), then the output of
-# EXTRA COMMAND if one is given (gpu-2x.sh adds `nvidia-smi topo -m`).
+# EXTRA COMMAND if one is given (gpu-h200x2.sh adds `nvidia-smi topo -m`).
 machine_facts() {
   local file=$1; shift
   { date -u +%FT%TZ; nvidia-smi -L

@@ -1,7 +1,7 @@
 """Put this folder on PYTHONPATH with AUTOTUNE_TRACE=FILE set: every Python process then records
 each Triton launch-configuration benchmark Inductor runs (kernel, its cache state, how many
 configurations, seconds) as one JSON line in FILE. For finding what a warm start re-tunes
-(``infra/bench/warm-start.sh``)."""
+(``infra/bench/gpu-h200.sh``)."""
 
 import os
 

@@ -2,7 +2,7 @@
 # Precision and torch.compile variants of the training benchmark, side by side in one call on
 # one host with 2 GPUs (preset train-256, random tensors as input, no all-reduce A/B re-run):
 # bf16 eager, bf16 + torch.compile and fp16 on 1 GPU; bf16 eager and bf16 + compile on 2.
-#   usage: infra/bench/gpu-variants.sh OUTDIR   (writes OUTDIR/variants.tgz, prints a summary)
+#   usage: dev/gpu-step/gpu-variants.sh OUTDIR   (writes OUTDIR/variants.tgz, prints a summary)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: gpu-variants.sh OUTDIR}

@@ -7,14 +7,14 @@
 # from its own folder. Short launches (--warmup 5 --steps 10): the first step is the figure.
 # First, how fast the temporary folder and /dev/shm take small files (fs_probe.py).
 # Everything comes back as one archive, OUTDIR/ab.tgz, renewed after each launch.
-#   usage: infra/bench/gpu-warm-ab.sh OUTDIR OTHER
+#   usage: dev/warm-start/gpu-warm-ab.sh OUTDIR OTHER
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 other=$(cd "${2:?usage: $0 OUTDIR OTHER}" && pwd)
 . infra/bench/machine.sh
 bench_start ab "${1:-}"
 { df -h /tmp /dev/shm; grep -E ' / | /tmp | /dev/shm ' /proc/mounts
-  python infra/bench/fs_probe.py /tmp /dev/shm; } >"$results/filesystems.txt" 2>&1
+  python dev/warm-start/fs_probe.py /tmp /dev/shm; } >"$results/filesystems.txt" 2>&1
 
 launch() {  # launch NAME TREE SECONDS [bench train arguments ...]
   local name=$1 tree=$2 limit=$3; shift 3

@@ -5,7 +5,7 @@ docs/benchmarks.md). This times forward + backward of each, at the train-256 pre
 (batch 32, 256 px, bf16, channels_last), as cuDNN does it and as one channel-rich 1x1
 convolution (the stem over its 147 = 3 x 7 x 7 input taps; the head into 147 output taps,
 shifted and summed), compiled. It checks each against cuDNN's result first.
-    usage: python infra/bench/thin_conv.py   (on a CUDA machine)
+    usage: python dev/gpu-step/thin_conv.py   (on a CUDA machine)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 kernel folders of F files each, made as Inductor's Triton bundler makes them (a temporary
 folder, the files, one rename), then each file stat'ed once; twice per folder.
 
-    python infra/bench/fs_probe.py FOLDER ...
+    python dev/warm-start/fs_probe.py FOLDER ...
 """
 
 import os

@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# The preset's acceptance figures and its warm starts in one call (about 8 minutes), every
-# launch recording the Triton kernels it tunes (autotune_trace/) and where its compilation went:
+# The one-H200 figures of docs/benchmarks.md in one call (about 6 minutes): throughput, MFU and
+# the plain path side by side, data wait, checkpoint cost, and warm starts; every launch records
+# the Triton kernels it tunes (autotune_trace/) and where its compilation went:
 #   cold          --data dataset --baseline plain, checkpoint cost measured; folder D gets the blob
 #                 and the region captures
 #   warm-memory-1, warm-data-1, warm-memory-2, warm-data-2
 #                 warm from D, --data memory / --data dataset: must tune no kernel and load
 #                 every region's captures
-# STACKS=1 also samples the main-thread stacks of warm-memory-2 (STACK_SAMPLES): where its
-# start's time goes, by infra/bench/stack_buckets.py (the sampler costs the start 1-2 s).
 # Each warm launch should load every compiled region's captures: "N captures (N loaded)" in
 # its first-step line, and no "no loaded capture fits" warning.
 # Everything comes back as one archive, OUTDIR/warm.tgz, renewed after each launch.
-#   usage: [STACKS=1] infra/bench/gpu-warm-tuning.sh OUTDIR
+#   usage: infra/bench/gpu-h200.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . infra/bench/machine.sh
@@ -19,11 +18,10 @@ bench_start warm "${1:-}"
 
 jpeg_set "$results/dataset.log"
 
-launch() {  # [SAMPLE=1] launch NAME SECONDS [bench train arguments ...]
+launch() {  # launch NAME SECONDS [bench train arguments ...]
   local name=$1 limit=$2; shift 2
   local started=$SECONDS
   env AUTOTUNE_TRACE="$results/$name.autotune.jsonl" COMPILE_TIMES="$results/$name.compile-times" \
-    ${SAMPLE:+STACK_SAMPLES="$results/$name.stacks"} \
     PYTHONPATH=$PWD/infra/bench/autotune_trace:$PWD timeout "$limit" \
     python -m ffjobs.cli bench train --config train-256 --json --warmup 15 --steps 40 "$@" \
     >"$results/$name.json" 2>"$results/$name.log"
@@ -35,7 +33,7 @@ launch cold 330 --data dataset --baseline plain --checkpoint-dir "$work/D"
 warm=(--no-peak --no-checkpoint --checkpoint-dir "$work/D")
 launch warm-memory-1 75 --data memory "${warm[@]}"
 launch warm-data-1 75 --data dataset "${warm[@]}"
-SAMPLE=${STACKS:-} launch warm-memory-2 75 --data memory "${warm[@]}"
+launch warm-memory-2 75 --data memory "${warm[@]}"
 launch warm-data-2 75 --data dataset "${warm[@]}"
 python - "$results" <<'PY'
 import json, pathlib, re, sys
@@ -63,6 +61,3 @@ for name in ("cold", "warm-memory-1", "warm-data-1", "warm-memory-2", "warm-data
         if line.startswith("first step") or "no loaded capture fits" in line:
             print("   ", line.strip()[:400])
 PY
-for samples in "$results"/warm-memory-2.stacks.*.json; do  # the first 60 s of each process
-  [ -e "$samples" ] && echo "$samples:" && python infra/bench/stack_buckets.py "$samples" 0 60
-done

@@ -2,7 +2,7 @@
 # Where the one-GPU training step's time goes: the train-256 preset profiled (torch.profiler,
 # kernel table by self device time, named phases, trace) compiled cold, compiled warm (compile
 # cache in the run's checkpoint folder: start-up breakdown) and eager bf16.
-#   usage: infra/bench/gpu-profile.sh OUTDIR   (writes OUTDIR/profiles.tgz and *.json)
+#   usage: dev/gpu-step/gpu-profile.sh OUTDIR   (writes OUTDIR/profiles.tgz and *.json)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: gpu-profile.sh OUTDIR}

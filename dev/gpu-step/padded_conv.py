@@ -6,7 +6,7 @@ its channel counts zero-padded to multiples of 8 (zero inputs with zero weights,
 sliced off: the same sums), eager, with CUDA events; it checks that both give the same output
 first (bf16 rounding apart). Tried as a way to tensor-core kernels; it did not pay
 (docs/benchmarks.md), so the networks keep plain convolutions.
-    usage: python infra/bench/padded_conv.py   (on a CUDA machine)
+    usage: python dev/gpu-step/padded_conv.py   (on a CUDA machine)
 """
 
 from __future__ import annotations

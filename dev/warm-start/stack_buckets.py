@@ -1,8 +1,8 @@
 """Where a stretch of a process's wall-clock time went, from its STACK_SAMPLES file
-(``autotune_trace/sitecustomize.py``): each sample counts until the next, and goes to the
-first bucket whose frame pattern its stack contains.
+(``infra/bench/autotune_trace/sitecustomize.py``): each sample counts until the next, and goes
+to the first bucket whose frame pattern its stack contains.
 
-    python infra/bench/stack_buckets.py PREFIX.<pid>.json FROM_S TO_S
+    python dev/warm-start/stack_buckets.py PREFIX.<pid>.json FROM_S TO_S
 """
 
 import collections

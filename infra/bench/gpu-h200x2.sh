@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The GPU figures of docs/benchmarks.md, on one host with 2 GPUs, in one go:
+# The two-GPU figures of docs/benchmarks.md (one host, 2 GPUs), in one go:
 # preflight (default, P2P off, P2P+SHM off), the reference all-reduce loop, and the training
 # benchmark on 1 and 2 GPUs. Needs only torch, numpy, pillow and pyyaml on the host.
-#   usage: infra/bench/gpu-2x.sh OUTDIR        (writes OUTDIR/results.tgz and prints a summary)
+#   usage: infra/bench/gpu-h200x2.sh OUTDIR        (writes OUTDIR/results.tgz and prints a summary)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${1:?usage: gpu-2x.sh OUTDIR}
-work=$(mktemp -d)/gpu-2x
+out=${1:?usage: gpu-h200x2.sh OUTDIR}
+work=$(mktemp -d)/gpu-h200x2
 mkdir -p "$work" "$out"
 export PYTHONPATH=$PWD NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 TIMEFORMAT=%R
@@ -56,4 +56,4 @@ for n in (1, 2):
             "exposed_comm_fraction", "exposed_comm_fraction_ab", "step_time_s", "error")
     print(f"train {n} GPU:", {k: r.get(k) for k in keys if k in r})
 PY
-tar czf "$out/results.tgz" -C "$(dirname "$work")" gpu-2x
+tar czf "$out/results.tgz" -C "$(dirname "$work")" gpu-h200x2
