@@ -78,8 +78,8 @@ async def run_command_async(argv: Sequence[str], timeout: float = 60.0) -> str:
     """:func:`run_command` for the Airflow triggerer, whose event loop every blocking call would
     stall for all the triggers it runs: the command runs on a worker thread. (An asyncio
     subprocess is started on the loop's own thread, which waits there until the child has
-    exec'd: up to tens of milliseconds on a busy machine, for every poll of every job;
-    docs/benchmarks.md.)"""
+    exec'd, on a busy machine long enough to stall every trigger, at every poll of every
+    job.)"""
     import asyncio
 
     return await asyncio.to_thread(run_command, argv, timeout)

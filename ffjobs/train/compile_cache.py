@@ -12,9 +12,9 @@ The kernels in the blob name the files they were compiled into, in the local cac
 the process that made it, and Inductor looks up each kernel's tuned launch configuration
 beside that file. A job whose local folder (``TORCHINDUCTOR_CACHE_DIR``, by default
 ``<tmp>/torchinductor_<user>``: the same on nodes with the same temporary folder) is another
-path misses every lookup and benchmarks every kernel again (about 10 s on one H200 for the
-256 px preset). The folder is recorded beside the blob (``compile-cache.json``), and a job
-that loads the blob into another folder says so in a warning.
+path misses every lookup and benchmarks every kernel again (seconds, at every start). The
+folder is recorded beside the blob (``compile-cache.json``), and a job that loads the blob
+into another folder says so in a warning.
 
 The blob and the captures are code: Inductor's generated modules and pickles of graphs, run
 when loaded. No format carries them without that, so instead of a safe format each file is
@@ -25,9 +25,9 @@ altered or foreign file is refused by name with a warning, and the job compiles 
 
 That local folder is where a warm start writes what it loads: every Triton kernel of the
 captures and the blob becomes a folder of files there, and Inductor's generated code a module
-(on one H200, writing the kernels took 0.4-2.5 s of a warm first step in the temporary
-folder on disk, 0.1-0.3 s in ``/dev/shm``). Unless the job names the folder, a compiling rank keeps it in node memory
-(``/dev/shm/torchinductor_<user>``: the same path on every node that has one) where
+(written to node memory, a warm first step spends a fraction of what it spends writing them to
+the temporary folder on disk). Unless the job names the folder, a compiling rank keeps it in
+node memory (``/dev/shm/torchinductor_<user>``: the same path on every node that has one) where
 ``/dev/shm`` can take it (:func:`local_caches_root`), and in Inductor's default otherwise.
 
 Beside the blob, ``compile-cache.regions.<device>.bin`` holds the Dynamo captures of the

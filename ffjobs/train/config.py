@@ -85,7 +85,7 @@ class TrainConfig:
     """With ``compile``: ``torch.compile``'s mode. ``reduce-overhead`` replays each compiled
     region's kernels as a CUDA graph (one launch instead of hundreds from Python; each step
     starts a new graph generation); it needs the static shapes the trainer has. The GPU
-    preset's mode (docs/benchmarks.md)."""
+    preset's mode."""
     compile_cache: bool = True
     """With ``compile``: keep the compiler's caches as a blob beside the checkpoints
     (``compile-cache.bin``), so a restarted job of the run compiles warm, and the compiled

@@ -1,16 +1,14 @@
 """Compiled regions whose Dynamo capture is saved with the run, so a restart does not trace.
 
 A warm start that loads only the compiler's caches (:mod:`ffjobs.train.compile_cache`) still
-runs Dynamo over every region again: on one H200 about 7 of its 17-22 s to the first step went
-into bytecode tracing and fake-tensor propagation of the five captured graphs then (G, D, D
-with frozen weights, which the trainer no longer compiles, and the identity encoder with and
-without grad). A :class:`CompiledRegion`
-captures its module ahead of time, on its first call in each calling context, with
-``torch._dynamo.aot_compile`` (one full graph per context: grad mode, autocast and which inputs
-need grad are its guards), and the capture serialises with its compiled forward and backward.
-A later job loads it and calls the compiled code directly: no tracing, no fake tensors. A
-loaded capture whose guards reject a call is replaced by a new capture, with a warning that
-gives the guard's reason, and saved again.
+runs Dynamo over every region again (bytecode tracing and fake-tensor propagation of G, D and
+the identity encoder with and without grad), a large part of a warm first step. A
+:class:`CompiledRegion` captures its module ahead of time, on its first call in each calling
+context, with ``torch._dynamo.aot_compile`` (one full graph per context: grad mode, autocast and
+which inputs need grad are its guards), and the capture serialises with its compiled forward and
+backward. A later job loads it and calls the compiled code directly: no tracing, no fake
+tensors. A loaded capture whose guards reject a call is replaced by a new capture, with a
+warning that gives the guard's reason, and saved again.
 
 This rides on torch's ahead-of-time compile (``torch._dynamo.aot_compile``: experimental, the
 same API in torch 2.11 and 2.14), so everything that can fail falls back with a warning: a
@@ -19,17 +17,16 @@ saved, a saved one that does not load is captured again.
 Only modules that are not wrapped in DDP become regions (:func:`ffjobs.train.ddp.wrap`): a
 DDP module's Dynamo graph is split at its gradient buckets, which the capture does not do.
 
-The saved captures are keyed by :func:`fingerprint` (torch version, the networks' source
-code, the model and training settings that shape the graphs): a capture of other code never
-runs. Loading them was most of a warm start (about 6 s of 10-12 s to the first step on one
-H200, torch 2.11, before the local caches moved to node memory), so :func:`offer_all` deserialises them on one background thread, in the
-order the step first calls the regions, while the main thread builds the rest of the trainer,
-waits for its first batch and runs the regions already loaded; a region's first call waits
-for its own captures only. The loads run inside the calls' autocast (``context``): the guards
-built on loading record the thread's dispatch state, and loaded outside autocast they rejected
-every call under it (one H200, torch 2.11; docs/benchmarks.md). Each load holds Dynamo's
-compile lock (it patches Inductor's process-wide settings, as a lazy compile on the main
-thread does), and a region that has to capture on the main thread first waits for every load.
+The saved captures are keyed by :func:`fingerprint` (torch version, the networks' source code,
+the model and training settings that shape the graphs): a capture of other code never runs.
+Loading them is a large part of a warm start, so :func:`offer_all` deserialises them on one
+background thread, in the order the step first calls the regions, while the main thread builds
+the rest of the trainer, waits for its first batch and runs the regions already loaded; a
+region's first call waits for its own captures only. The loads run inside the calls' autocast
+(``context``): the guards built on loading record the thread's dispatch state, and loaded
+outside autocast they reject every call under it. Each load holds Dynamo's compile lock (it
+patches Inductor's process-wide settings, as a lazy compile on the main thread does), and a
+region that has to capture on the main thread first waits for every load.
 """
 
 from __future__ import annotations
@@ -83,9 +80,9 @@ class CompiledRegion(nn.Module):
         self._loads: list[Future] = []  # every load of the loader: none runs while one traces
         self._captured_here = 0
         # torch's intra-op thread count is one of the captures' guards, and it changed within
-        # a cold GPU run after the trainer's start (one H200: every saved capture then
-        # rejected the restart; what changed it was not found): each call runs with the count
-        # the region was built under, which is the launcher's on every start
+        # a cold GPU run after the trainer's start (every saved capture then rejected the
+        # restart; what changed it was not found): each call runs with the count the region
+        # was built under, which is the launcher's on every start
         self._threads = torch.get_num_threads()
 
     def forward(self, *args: torch.Tensor) -> Any:
@@ -203,8 +200,8 @@ def _inductor_mode_options(mode: str) -> dict[str, Any]:
 
 
 def import_compiler(device: torch.device) -> threading.Thread:
-    """Import torch's compiler stack now (3-4 s on one H200 host), as part of the process's
-    start, rather than inside the first compiled call; and start, on a thread of its own,
+    """Import torch's compiler stack now (seconds), as part of the process's start, rather
+    than inside the first compiled call; and start, on a thread of its own,
     what the first compiled graph loaded on ``device`` would otherwise do first (returned)."""
     import torch._dynamo.aot_compile  # noqa: F401
     import torch._inductor.compile_fx  # noqa: F401
@@ -223,9 +220,9 @@ def import_compiler(device: torch.device) -> threading.Thread:
 
 
 def _first_use_of_compiler(device: torch.device) -> None:
-    """Once per process, ahead of the first load of a compiled graph (about 0.9 s of a warm
-    start's loading on one H200, torch 2.11): hash torch's and Triton's sources (the caches'
-    keys), and on a GPU build Triton's CUDA helper with the C compiler and ask the device's
+    """Once per process, ahead of the first load of a compiled graph (otherwise part of the
+    warm start's first step): hash torch's and Triton's sources (the caches' keys), and on a
+    GPU build Triton's CUDA helper with the C compiler and ask the device's
     target; the results are cached in the process, and a load that comes first does it all
     itself. The thread's current device is the rank's: asking another device would open a
     context on it."""

@@ -11,7 +11,7 @@ One optimizer step (``train_step``), per micro-batch of each rank:
 
 with ``train.compile`` the frozen identity encoder is compiled too, on its own; that
 plain-module pass of D is not (compiled, it steered G's identity loss away from eager's and
-fp32's over a run: docs/benchmarks.md).
+fp32's over a run: dev/README.md, numerics).
 
 then both networks step (a simultaneous update: both losses see the same D weights, which
 keeps one step on a global batch equal to gradient accumulation or more ranks). All but the
@@ -105,8 +105,8 @@ class Trainer:
         seed_everything(tc.seed)
         if models is None:
             # initialised where they train: drawing the 100 M-odd initial weights on the host
-            # (one thread) took 1.6 s of each start on a CPU, restarts included; on a GPU the
-            # values come from the device's generator (DDP still broadcasts rank 0's)
+            # (one thread) costs every start, restarts included; on a GPU the values come from
+            # the device's generator (DDP still broadcasts rank 0's)
             with device:
                 models = build(config.model)
         self.memory_format = torch.channels_last if tc.channels_last else torch.contiguous_format
@@ -152,8 +152,8 @@ class Trainer:
         # the frozen encoder runs outside DDP, compiled on its own (eager, its normalisation
         # and activation kernels ran one pass each, launched one by one from the host). D's
         # pass for G's loss stays eager: compiled, each step matched eager's to bf16 rounding,
-        # yet over 200 steps G's identity loss settled 11% below eager bf16's and fp32's at
-        # every seed (one H200; leaving only this pass eager removed it, docs/benchmarks.md)
+        # yet over a run G's identity loss settled below eager bf16's and fp32's at every seed
+        # (leaving only this pass eager removed it; dev/README.md, numerics)
         self.identity = ddp.compiled("identity_encoder", self.identity_encoder, self.compile_mode)
         self.frozen_discriminator = discriminator
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(tc.precision)

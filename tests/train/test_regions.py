@@ -216,7 +216,7 @@ def test_the_compiler_warm_up_runs_on_its_own_thread_and_never_fails_the_start(m
 
 def test_a_compiled_trainer_compiles_the_encoder_g_and_d_but_not_ds_pass_for_gs_loss(tmp_path):
     # compiled, D's pass with frozen weights steered G's identity loss away from eager's and
-    # fp32's over 200 steps on one H200 (docs/benchmarks.md): it stays the plain module
+    # fp32's over 200 steps on one H200 (dev/README.md, numerics): it stays the plain module
     from ffjobs.train.data import RandomPairs
     from ffjobs.train.distributed import DistEnv
     from ffjobs.train.trainer import Trainer
