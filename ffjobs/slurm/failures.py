@@ -54,6 +54,32 @@ from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ffjobs.slurm.signatures import (
+    CHECKPOINT_SUFFIXES,
+    COMMUNICATOR_SIGNATURES,
+    CONFIG_SIGNATURES,
+    CONFIG_SUFFIXES,
+    DATA_ERROR,
+    DATASET_CHANGED,
+    EXCEPTION_LINE,
+    FIRST_NAMED,
+    INFO_LINE,
+    OOM_SIGNATURES,
+    OWN_ADDRESS,
+    PATH_TOKEN,
+    PEER,
+    QUOTED,
+    RANK_PREFIX,
+    SLURM_CANCEL_REASON,
+    SLURM_NODE_FAILURE,
+    STORAGE_DETAIL,
+    STORAGE_ERROR,
+    STORAGE_WHAT,
+    TRACEBACK_HEADER,
+    WEAK_OOM,
+    WRAPPER_EXCEPTIONS,
+)
+
 MAX_LOG_BYTES = 1 << 20
 """Only the tail of each rank's log is read: the end is where a job's failure is written."""
 MAX_EVIDENCE = 10
@@ -145,109 +171,6 @@ def _read_tail(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-# --- signatures -------------------------------------------------------------------------------
-# Each is (name, pattern); the name says in a summary what was recognised.
-
-_COLLECTIVE_CONTEXT = (
-    r"(?:NCCL|gloo|c10d|ProcessGroup|TCPStore|socketProgress|Call to (?:recv|send))"
-)
-COMMUNICATOR_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern))
-    for name, pattern in (
-        ("NCCL watchdog timeout", r"Watchdog caught collective operation timeout"),
-        ("NCCL timeout", r"\[E(?:\d{4} [\d:.]+)? ProcessGroupNCCL\.cpp:\d+\].*(?i:timeout|timed out)"),
-        ("NCCL communicator aborted", r"NCCL communicator was aborted|ncclCommAbort"),
-        ("ncclRemoteError", r"ncclRemoteError|remote process exited or there was a network error"),
-        ("ncclSystemError", r"ncclSystemError|NCCL error.*unhandled system error"),
-        ("ncclInternalError", r"ncclInternalError|NCCL error.*internal error"),
-        ("NCCL network error", r"NCCL WARN (?:NET/|Net :|socketProgress|Call to)"),
-        ("DistBackendError", r"\bDistBackendError\b"),
-        ("DistNetworkError", r"\bDistNetworkError\b"),
-        ("DistStoreError", r"\bDistStoreError\b"),
-        ("gloo connectFullMesh", r"Gloo connectFullMesh failed"),
-        ("gloo connection lost", r"gloo/transport/tcp/\w+\.cc:\d+\].*(?:Connection closed by peer|Read error|Write error)"),
-        ("gloo timeout", r"Timed out waiting \d+ms for (?:recv|send) operation to complete"),
-        ("gloo enforce", r"gloo::EnforceNotMet"),
-        ("gloo pair closed", r"Application timeout caused pair closure"),
-        ("connection reset", rf"{_COLLECTIVE_CONTEXT}.*Connection reset by peer"),
-        ("broken pipe", rf"{_COLLECTIVE_CONTEXT}.*Broken pipe"),
-        # ffjobs' own drill raises inside the all-reduce to rehearse this very retry path
-        ("injected collective failure", r"InjectedFault: injected failure inside all-reduce"),
-    )
-)  # fmt: skip
-
-OOM_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern))
-    for name, pattern in (
-        ("CUDA out of memory", r"OutOfMemoryError|CUDA out of memory|Cuda failure.*out of memory"),
-        ("CPU allocator out of memory", r"DefaultCPUAllocator: not enough memory|^MemoryError\b"),
-        ("cgroup oom-kill", r"oom-kill|oom_kill|Memory cgroup out of memory"),
-        ("kernel OOM killer", r"(?i)out of memory: killed process|killed process \d+.*out of memory"),
-        ("srun out of memory", r"task \d+: Out Of Memory"),
-    )
-)  # fmt: skip
-_WEAK_OOM = re.compile(r"(?i)\boom\b|out of memory")
-"""Counts only on a rank that was SIGKILLed (exit 137 or -9): alone it is too vague."""
-
-CONFIG_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern))
-    for name, pattern in (
-        ("ffjobs error", r"^ffjobs: error:"),
-        ("ffjobs config error", r"\b(?:ConfigError|UserError)\b"),
-        ("invalid generic resource", r"Invalid generic resource"),
-        ("sbatch rejected the job", r"sbatch: error: Batch job submission failed"),
-        # NCCL_SOCKET_IFNAME naming no interface fails the same way on every retry
-        ("NCCL found no socket interface", r"NCCL WARN Bootstrap : no socket interface found"),
-        ("NCCL invalid usage", r"ncclInvalidUsage|NCCL error.*invalid usage"),
-    )
-)  # fmt: skip
-
-# slurmstepd: "*** JOB 41 ON node1 CANCELLED AT 2026-11-30T09:32:12 DUE TO TIME LIMIT ***"
-_SLURM_CANCEL_REASON = re.compile(
-    r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO ([A-Z ]+)"
-)
-_SLURM_NODE_FAILURE = re.compile(r"\bNode failure on ([\w.-]+)")
-
-_INFO_LINE = re.compile(r"NCCL INFO|^\[I\d{4} |^\[I ")
-_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
-_TRACEBACK_HEADER = re.compile(r"^\s*(?:Original )?Traceback \(most recent call last\):")
-_EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$")
-# launcher exceptions that only report that a rank failed; the rank's own traceback is the story
-_WRAPPER_EXCEPTIONS = ("ChildFailedError", "LaunchFailed", "FailedJobError")
-
-_DATA_ERROR = re.compile(
-    r"No such file or directory|NoSuchKey|checksum|changed since validation", re.IGNORECASE
-)
-# ffjobs.data.index.DatasetChangedError: "dataset ROOT changed since validation: 1 removed
-# (id_0002/01.jpg), 2 added (...); training refused ..."
-_DATASET_CHANGED = re.compile(r"changed since validation: ([^;]+);")
-_FIRST_NAMED = re.compile(r"\(([^,)]+)")
-_QUOTED = re.compile(r"'([^']+)'|\"([^\"]+)\"")
-_PATH_TOKEN = re.compile(
-    r"s3://[^\s'\",;]+|(?:[\w.~-]*/)+[\w.-]+|\b[\w-]+\.[A-Za-z][A-Za-z0-9]{1,4}\b"
-)
-# a storage error as the exception line says it: ffjobs' own StorageError, or the OS's or S3's
-_STORAGE_ERROR = re.compile(
-    r"\bStorageError\b|\[Errno (?:13|28|30|122)\]|\bAccessDenied\b|(?i:no space left on "
-    r"device|disk quota exceeded|read-only file system|permission denied|\baccess denied\b)"
-)
-_STORAGE_DETAIL = re.compile(r"(checkpoint (?:folder|store) .*)")
-_STORAGE_WHAT = (
-    (re.compile(r"(?i)no space left on device|\[Errno 28\]"), "No space left on device (ENOSPC)"),
-    (re.compile(r"(?i)disk quota exceeded|\[Errno 122\]"), "Disk quota exceeded (EDQUOT)"),
-    (re.compile(r"(?i)read-only file system|\[Errno 30\]"), "Read-only file system (EROFS)"),
-    (re.compile(r"(?i)permission denied|\[Errno 13\]"), "Permission denied (EACCES)"),
-    (re.compile(r"(?i)AccessDenied|access denied"), "S3 access denied (AccessDenied)"),
-)
-_CHECKPOINT_SUFFIXES = {".pt", ".pth", ".ckpt", ".safetensors"}
-_CONFIG_SUFFIXES = {".yaml", ".yml", ".toml", ".ini", ".cfg"}
-
-# peers named by NCCL ("peer 10.0.0.2<45678>", "remote peer node2.cluster<47861>") and gloo
-# ("[10.0.0.2]:14746"); a rank's own address is in its "Using eth0:10.0.0.1<0>" lines
-_PEER = re.compile(r"(?:peer|from) \[?([\w.:-]+?)\]?<\d+>|\[([\w.:-]+)\]:\d+")
-_OWN_ADDRESS = re.compile(r"(?:Bootstrap|NET/\w+|OOB).*?\b\w+:(\d+\.\d+\.\d+\.\d+)<\d+>")
-
-
 @dataclass
 class _Traceback:
     lines: list[str]
@@ -337,7 +260,7 @@ def _classify(state: str | None, exit_code: int | None, ranks: Sequence[RankLog]
     state_line = [f"slurm: job state {state}"] if state else []
 
     if state in ("NODE_FAIL", "BOOT_FAIL"):
-        reports = [(f, m) for f in findings for m in map(_SLURM_NODE_FAILURE.search, f.lines) if m]
+        reports = [(f, m) for f in findings for m in map(SLURM_NODE_FAILURE.search, f.lines) if m]
         suspects = (
             _unique(m.group(1) for _, m in reports)
             or _culprit_nodes(findings)
@@ -393,7 +316,7 @@ def _classify(state: str | None, exit_code: int | None, ranks: Sequence[RankLog]
     for f in findings:
         data_file = _data_file(f.traceback)
         if f.traceback is not None and data_file is not None:
-            changed = _DATASET_CHANGED.search(f.traceback.message)
+            changed = DATASET_CHANGED.search(f.traceback.message)
             summary = (
                 f"dataset changed since validation, training refused on {f.origin}: "
                 f"{changed.group(1)}; not retried"
@@ -474,8 +397,8 @@ def _classify(state: str | None, exit_code: int | None, ranks: Sequence[RankLog]
 
 
 def _scan(log: RankLog) -> _RankFindings:
-    lines = [_RANK_PREFIX.sub("", line).rstrip() for line in log.text.splitlines()]
-    findings = _RankFindings(log, [line for line in lines if not _INFO_LINE.search(line)])
+    lines = [RANK_PREFIX.sub("", line).rstrip() for line in log.text.splitlines()]
+    findings = _RankFindings(log, [line for line in lines if not INFO_LINE.search(line)])
     killed = log.exit_code in (137, -signal.SIGKILL)
     for line in findings.lines:
         for target, signatures in (
@@ -486,7 +409,7 @@ def _scan(log: RankLog) -> _RankFindings:
             name = next((name for name, pattern in signatures if pattern.search(line)), None)
             if name is not None:
                 target.append((name, line))
-        if killed and not findings.oom and _WEAK_OOM.search(line):
+        if killed and not findings.oom and WEAK_OOM.search(line):
             findings.oom.append(("killed with an OOM line", line))
     for group in (findings.communicator, findings.oom, findings.config):
         group[:] = _dedup(group)
@@ -507,20 +430,20 @@ def _last_traceback(lines: list[str]) -> _Traceback | None:
     """The last traceback that is not a launcher's wrapper; None if the rank printed none."""
     found = None
     for start, line in enumerate(lines):
-        if not _TRACEBACK_HEADER.match(line):
+        if not TRACEBACK_HEADER.match(line):
             continue
         block = [line.strip()]
         for follow in lines[start + 1 :]:
             if follow.startswith((" ", "\t")):
                 block.append(follow)
                 continue
-            match = _EXCEPTION_LINE.match(follow)
+            match = EXCEPTION_LINE.match(follow)
             if match is None:
                 break  # not a traceback after all, or a truncated one
             at = len(block)
             block.append(follow)
             block += _continuation(lines, start + len(block))
-            if not match.group("type").endswith(_WRAPPER_EXCEPTIONS):
+            if not match.group("type").endswith(WRAPPER_EXCEPTIONS):
                 found = _Traceback(block, at, match.group("type"), match.group("message") or "")
             break
     return found
@@ -530,7 +453,7 @@ def _continuation(lines: list[str], start: int, limit: int = 4) -> list[str]:
     """Lines continuing an exception's message, up to the next blank, log or traceback line."""
     out = []
     for line in lines[start : start + limit]:
-        if not line.strip() or line.startswith(("[", " ")) or _TRACEBACK_HEADER.match(line):
+        if not line.strip() or line.startswith(("[", " ")) or TRACEBACK_HEADER.match(line):
             break
         out.append(line)
     return out
@@ -546,13 +469,13 @@ def _storage_error(traceback: _Traceback | None) -> str | None:
     if traceback is None:
         return None
     ending = " ".join(line.strip() for line in traceback.lines[traceback.exception_at :])
-    if not _STORAGE_ERROR.search(ending):
+    if not STORAGE_ERROR.search(ending):
         return None
-    own = _STORAGE_DETAIL.search(ending)
+    own = STORAGE_DETAIL.search(ending)
     if own is not None:
         return own.group(1).strip()
-    what = next((words for pattern, words in _STORAGE_WHAT if pattern.search(ending)), "refused")
-    quoted = [a or b for a, b in _QUOTED.findall(traceback.message)]
+    what = next((words for pattern, words in STORAGE_WHAT if pattern.search(ending)), "refused")
+    quoted = [a or b for a, b in QUOTED.findall(traceback.message)]
     s3 = re.search(r"calling the (\w+) operation", ending)
     where = f" on {quoted[-1]}" if quoted else f" ({s3.group(1)})" if s3 else ""
     return f"{what}{where}"
@@ -561,7 +484,7 @@ def _storage_error(traceback: _Traceback | None) -> str | None:
 def storage_error(text: str) -> str | None:
     """What storage refused, in one phrase with the path, if the last traceback in ``text`` (a
     rank's log) ends in a storage error; None otherwise."""
-    lines = [_RANK_PREFIX.sub("", line).rstrip() for line in text.splitlines()]
+    lines = [RANK_PREFIX.sub("", line).rstrip() for line in text.splitlines()]
     return _storage_error(_last_traceback(lines))
 
 
@@ -594,22 +517,22 @@ def _data_file(traceback: _Traceback | None) -> str | None:
     if traceback is None:
         return None
     message = traceback.message
-    changed = _DATASET_CHANGED.search(message)
+    changed = DATASET_CHANGED.search(message)
     if changed:  # ffjobs' own refusal: the first file it names
-        first = _FIRST_NAMED.search(changed.group(1))
+        first = FIRST_NAMED.search(changed.group(1))
         return first.group(1) if first else ""
-    if traceback.short_type != "FileNotFoundError" and not _DATA_ERROR.search(message):
+    if traceback.short_type != "FileNotFoundError" and not DATA_ERROR.search(message):
         return None
-    quoted = [a or b for a, b in _QUOTED.findall(message)]
-    candidates = quoted or _PATH_TOKEN.findall(message)
+    quoted = [a or b for a, b in QUOTED.findall(message)]
+    candidates = quoted or PATH_TOKEN.findall(message)
     path = next((c for c in reversed(candidates) if "/" in c or PurePosixPath(c).suffix), None)
     if path is None:
         # a missing command or library is not data; a data error need not name its file
         return "" if traceback.short_type != "FileNotFoundError" else None
     name = PurePosixPath(path.lower())
-    if "checkpoint" in path.lower() or name.suffix in _CHECKPOINT_SUFFIXES:
+    if "checkpoint" in path.lower() or name.suffix in CHECKPOINT_SUFFIXES:
         return None
-    if name.suffix in _CONFIG_SUFFIXES or "config" in name.name:
+    if name.suffix in CONFIG_SUFFIXES or "config" in name.name:
         return None
     return path
 
@@ -622,7 +545,7 @@ def _state_from_logs(findings: list[_RankFindings]) -> str:
     reasons = {"NODE FAILURE": "NODE_FAIL", "PREEMPTION": "PREEMPTED", "TIME LIMIT": "TIMEOUT"}
     for f in findings:
         for line in f.lines:
-            match = _SLURM_CANCEL_REASON.search(line)
+            match = SLURM_CANCEL_REASON.search(line)
             if match and match.group(1).strip() in reasons:
                 return reasons[match.group(1).strip()]
     return ""
@@ -651,12 +574,12 @@ def _named_peers(findings: list[_RankFindings]) -> tuple[str, ...]:
         for f in findings
         if f.log.node
         for line in f.log.text.splitlines()
-        if (match := _OWN_ADDRESS.search(line))
+        if (match := OWN_ADDRESS.search(line))
     }
     named = []
     for f in findings:
         for _, line in f.communicator:
-            for match in _PEER.finditer(line):
+            for match in PEER.finditer(line):
                 peer = match.group(1) or match.group(2)
                 node = address_to_node.get(peer) or (
                     peer.split(".")[0] if peer.split(".")[0] in nodes else None
