@@ -1,6 +1,7 @@
 """Faults injected from outside a running SLURM training job, for the drills of the test suite
 and ``ffjobs bench recovery``: wait until the run's first job reaches a step, find its nodes,
-and cut or throttle a node's link on the local mini-cluster (``infra/local/link.sh``).
+and cut or throttle a node's link on the local mini-cluster: the script the local stack's
+environment names in ``FFJOBS_LINK_SCRIPT`` (``infra/local/up.sh`` writes it).
 
 A drill's run keeps everything under one work folder: ``runs/`` (``runs_dir``) and ``jobs/``
 (``slurm.folder``), as both callers set them. The link changes always come undone::
@@ -15,13 +16,14 @@ A drill's run keeps everything under one work folder: ``runs/`` (``runs_dir``) a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-LINK_SCRIPT = Path(__file__).resolve().parents[2] / "infra" / "local" / "link.sh"
+LINK_SCRIPT_VAR = "FFJOBS_LINK_SCRIPT"
 DEFAULT_RATE = "8mbit"
 
 
@@ -58,13 +60,13 @@ def job_nodes(job_id: str, timeout_s: float = 60) -> list[str]:
 
 
 def _link(*args: str) -> None:
-    if not LINK_SCRIPT.exists():
+    script = os.environ.get(LINK_SCRIPT_VAR)
+    if not script or not Path(script).is_file():
         raise FileNotFoundError(
-            f"{LINK_SCRIPT} not found: link drills need the repository's infra/"
+            f"{LINK_SCRIPT_VAR}={script or ''}: link drills run on the local mini-cluster; "
+            "source the environment infra/local/up.sh writes (.state/local-stack/env.sh)"
         )
-    result = subprocess.run(
-        ["bash", str(LINK_SCRIPT), *args], capture_output=True, text=True, timeout=30
-    )
+    result = subprocess.run(["bash", script, *args], capture_output=True, text=True, timeout=30)
     if result.returncode != 0:
         raise RuntimeError(f"link.sh {' '.join(args)} failed: {result.stderr.strip()}")
 

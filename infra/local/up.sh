@@ -286,6 +286,8 @@ export FFJOBS_BRIDGE=$BRIDGE
 export FFJOBS_BRIDGE_ADDR=$BRIDGE_ADDR
 export FFJOBS_NODE_IFNAME=$NODE_IFNAME
 export FFJOBS_NODE_ADDRS=$(printf '%q' "$(node_addrs)")
+# Cuts, restores and throttles a node's link (the recovery drills, ffjobs bench recovery).
+export FFJOBS_LINK_SCRIPT=$(printf '%q' "$repo/infra/local/link.sh")
 EOF
 }
 

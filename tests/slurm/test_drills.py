@@ -31,3 +31,14 @@ def test_job_nodes_names_the_job_and_its_state_when_the_nodes_never_come(monkeyp
         TimeoutError, match=r"job 7 not running on known nodes .*PENDING, nodes \[\], from sacct"
     ):
         drills.job_nodes("7", timeout_s=0)
+
+
+def test_a_link_drill_outside_the_local_stack_says_what_to_source(monkeypatch):
+    monkeypatch.delenv(drills.LINK_SCRIPT_VAR, raising=False)
+    with (
+        pytest.raises(
+            FileNotFoundError, match=r"FFJOBS_LINK_SCRIPT=: link drills run on the local"
+        ),
+        drills.cut_link("node2"),
+    ):
+        pass
