@@ -1,0 +1,91 @@
+"""How sure an evaluation is: confidence intervals, and whether retrieval is above chance.
+
+Pure functions over counts and per-pair values, standard library only (they also run where
+only torch is installed).
+
+Identity retrieval (``identity_top1``) over ``n`` pairs and ``k`` held-out identities is read as
+``n`` trials of a coin whose chance rate is ``1 / k``: a model that moved no identity retrieves
+the right one by luck at that rate. :func:`chance_floor` is the smallest rate that an exact
+one-sided binomial test calls above chance at level ``alpha``; below it the result is "not
+distinguishable from chance". The pairs of one set share identities and images, so the trials
+are not quite independent and the test is a little optimistic; the floor is a minimum to clear,
+not a proof of quality.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from statistics import NormalDist
+
+LEVEL = 0.95
+"""Confidence level of the intervals an evaluation reports."""
+
+
+def binomial_tail(successes: int, n: int, p: float) -> float:
+    """``P(X >= successes)`` for ``X ~ Binomial(n, p)``, summed exactly in log space."""
+    if successes <= 0:
+        return 1.0
+    if successes > n:
+        return 0.0
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    terms = [
+        math.lgamma(n + 1)
+        - math.lgamma(i + 1)
+        - math.lgamma(n - i + 1)
+        + i * log_p
+        + (n - i) * log_q
+        for i in range(successes, n + 1)
+    ]
+    top = max(terms)
+    return min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms))
+
+
+def chance_floor(n: int, identities: int, alpha: float = 0.01) -> float:
+    """The smallest retrieval rate over ``n`` pairs that is above the chance rate
+    ``1 / identities`` at level ``alpha`` (one-sided exact binomial test): ``c / n`` for the
+    smallest count ``c`` with ``P(X >= c) <= alpha`` under chance. ``1.0`` plus one pair's share
+    when no count is enough (too few pairs to tell anything from chance)."""
+    if n < 1 or identities < 2:
+        raise ValueError(f"need at least 1 pair and 2 identities, got {n} and {identities}")
+    chance = 1.0 / identities
+    for count in range(math.ceil(chance * n), n + 1):
+        if binomial_tail(count, n, chance) <= alpha:
+            return count / n
+    return 1.0 + 1.0 / n
+
+
+def chance_p_value(rate: float, n: int, identities: int) -> float:
+    """How likely chance alone retrieves at least ``rate`` over ``n`` pairs."""
+    return binomial_tail(round(rate * n), n, 1.0 / identities)
+
+
+def wilson_interval(rate: float, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """Wilson score interval of a proportion observed as ``rate`` over ``n`` trials (it stays
+    inside ``[0, 1]`` and keeps its coverage near 0 and 1, where the normal interval does not)."""
+    if n < 1:
+        raise ValueError(f"an interval needs at least one trial, got n={n}")
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    denominator = 1 + z * z / n
+    centre = (rate + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
+    """Normal interval of the mean of per-pair ``values`` (cosines, PSNR, SSIM): mean ±
+    z * standard error. An evaluation has tens of pairs or more, where the mean is close to
+    normal; with one value the interval is the value itself."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("an interval needs at least one value")
+    mean = math.fsum(values) / n
+    if n == 1:
+        return mean, mean
+    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+    half = NormalDist().inv_cdf(0.5 + level / 2) * math.sqrt(variance / n)
+    return mean - half, mean + half
