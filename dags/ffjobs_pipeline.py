@@ -14,6 +14,7 @@ DAG run; one it passes is registered with the alias ``challenger`` for review.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import dag, task
@@ -51,8 +52,16 @@ def ffjobs_pipeline() -> None:
     # nothing left to train) still evaluates and registers the run's model
     evaluated = evaluate(checked)
     # on the worker for the local profile; on SLURM deferred, holding no worker while the job
-    # runs (a retry re-attaches to the run's job and continues its attempt budget)
-    TrainOperator(task_id="train", state=checked, multiple_outputs=True, retries=1) >> evaluated
+    # runs (a retry re-attaches to the run's job and continues its attempt budget); a retryable
+    # failure of local ranks is retried from the run's newest verified checkpoint
+    train = TrainOperator(
+        task_id="train",
+        state=checked,
+        multiple_outputs=True,
+        retries=1,
+        retry_delay=timedelta(seconds=10),
+    )
+    train >> evaluated
     register(evaluated)
 
 

@@ -27,6 +27,15 @@ FAILURE_EXIT_CODES = {"cancelled": ExitCode.CANCELLED, "storage": ExitCode.STORA
 their own; any other failure exits 3 when retryable, else 1."""
 
 
+def failure_exit_code(kind: str | None, retryable: bool) -> ExitCode:
+    """The exit code of a training that failed with ``kind`` (a ``FailureKind`` value), on
+    this machine's ranks or on SLURM alike: its own (:data:`FAILURE_EXIT_CODES`), else
+    RETRYABLE or FAILED."""
+    if kind in FAILURE_EXIT_CODES:
+        return FAILURE_EXIT_CODES[kind]
+    return ExitCode.RETRYABLE if retryable else ExitCode.FAILED
+
+
 class UserError(Exception):
     """An expected mistake; ``str()`` says what was wrong, where, and what to do."""
 

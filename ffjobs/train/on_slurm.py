@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ffjobs.config import Config
-from ffjobs.errors import FAILURE_EXIT_CODES, ExitCode
+from ffjobs.errors import FAILURE_EXIT_CODES, ExitCode, failure_exit_code
 from ffjobs.runs.run import Run, StageOutcome
 from ffjobs.slurm.supervisor import (
     AttemptResult,
@@ -153,9 +153,8 @@ class SlurmTraining:
             summary = f"steps -> {facts['final_step']} on SLURM; {supervised.reason}"
             return StageOutcome("train", "passed", 0.0, summary, facts=facts)
         final = supervised.final
-        code = ExitCode.RETRYABLE if final and final.retryable else ExitCode.FAILED
+        code = failure_exit_code(final.kind.value, final.retryable) if final else ExitCode.FAILED
         if final is not None and final.kind.value in FAILURE_EXIT_CODES:
-            code = FAILURE_EXIT_CODES[final.kind.value]
             facts["failure"] = final.kind.value
         return StageOutcome("train", "failed", 0.0, supervised.reason, code, facts=facts)
 

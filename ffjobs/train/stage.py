@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ffjobs.config import Config
-from ffjobs.errors import FAILURE_EXIT_CODES, ExitCode, UserError
+from ffjobs.errors import ExitCode, UserError, failure_exit_code
 from ffjobs.runs.run import Run, StageOutcome
 from ffjobs.train.attempts import (
     local_attempt,
@@ -110,7 +110,7 @@ def train_stage(
             "failed",
             0.0,
             failure.summary,
-            FAILURE_EXIT_CODES.get(failure.kind.value, ExitCode.FAILED),
+            failure_exit_code(failure.kind.value, failure.retryable),
             facts={"log": str(exc.log), "failed_rank": exc.rank, "failure": failure.kind.value},
         )
     start, final = result.get("start_step"), result.get("final_step")
