@@ -31,11 +31,11 @@ from typing import Any
 
 import pytest
 
+from ffjobs.airflow.embedded import USERNAME, airflow_env
 from ffjobs.local_ranks import free_loopback_port
 
 REPO = Path(__file__).resolve().parents[2]
 COMPONENTS = ("api-server", "dag-processor", "scheduler", "triggerer")
-USERNAME = "admin"
 DAG_ID = "ffjobs_pipeline"
 # Starting takes 20-60 s on a quiet two-core machine (each component imports Airflow and the
 # api-server its whole app); five minutes leaves room for a loaded one.
@@ -67,31 +67,15 @@ class AirflowStack:
         self.env = {**os.environ, **self._airflow_env(), **(extra_env or {})}
 
     def _airflow_env(self) -> dict[str, str]:
-        passwords = self.home / "passwords.json"
-        return {
-            "AIRFLOW_HOME": str(self.home),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            # a DAG run here runs one task at a time; 32 idle worker processes cost memory
-            "AIRFLOW__CORE__PARALLELISM": "4",
-            "AIRFLOW__CORE__AUTH_MANAGER": (
-                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
-            ),
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API__BASE_URL": self.url,
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(24),
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(24),
-            # the default ports are shared by every Airflow on the machine
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_loopback_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_loopback_port()),
-        }
+        return airflow_env(
+            self.home,
+            port=self.port,
+            worker_log_port=free_loopback_port(),
+            trigger_log_port=free_loopback_port(),
+            secret_key=secrets.token_urlsafe(24),
+            jwt_secret=secrets.token_urlsafe(24),
+            dags_folder=REPO / "dags",
+        )
 
     # ------------------------------------------------------------------ life cycle
 
