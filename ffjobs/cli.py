@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "ffjobs.pipeline",
     "ffjobs.runs.commands",
     "ffjobs.registry.commands",
+    "ffjobs.airflow.commands",
 )
 
 
