@@ -125,7 +125,11 @@ def _trigger(args: argparse.Namespace) -> int:
         print(f"with one injected communicator failure at training step {injected_at}")
     if args.no_follow:
         return ExitCode.OK
-    followed = follow.follow(client, run_id, echo=print)
+    try:
+        followed = follow.follow(client, run_id, echo=print)
+    except KeyboardInterrupt:
+        print(f"stopped following; DAG run {run_id} goes on in Airflow: {client.url}")
+        return ExitCode.INTERRUPTED
     return _report(airflow, client, run_id, followed, injected_at)
 
 
@@ -150,6 +154,14 @@ def _report(airflow: Any, client: Any, run_id: str, followed: Any, injected_at: 
     lines.insert(
         0, f"DAG run {run_id}: {outcome}" + (f"; failed: {', '.join(failed)}" if failed else "")
     )
+    took = [
+        f"{task} {ti['duration']:.0f} s"
+        + (f" (try {ti['try_number']})" if (ti.get("try_number") or 1) > 1 else "")
+        for task, ti in followed.tasks.items()
+        if ti.get("duration")
+    ]
+    if took:
+        lines.append(f"tasks took: {', '.join(took)}")
     lines += _login_lines(airflow, airflow.settings().url)
     if config is not None:
         uri = config.tracking.tracking_uri

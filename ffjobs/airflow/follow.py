@@ -128,9 +128,10 @@ def recovery_lines(attempts: Sequence[dict[str, Any]], injected_at: int | None) 
             "(no communicator failure in the run's attempt log)"
         ]
     first = failed[0]
+    why = str(first.get("summary") or "communicator failure").split(";")[0]  # the verdict
     lines = [
         f"injected communicator failure at step {injected_at}: attempt {first.get('number')} "
-        f"failed ({first.get('summary', 'communicator failure')})"
+        f"failed ({why}; the whole record: train/attempts.jsonl)"
     ]
     if recovered:
         last = recovered[-1]

@@ -78,11 +78,18 @@ def attempt(number: int, kind: str | None, start: int, final: int, **more: Any) 
 
 def test_a_recovered_failure_is_told_with_where_it_resumed():
     attempts = [
-        attempt(1, "communicator", 0, 50, summary="communicator failure (gloo)", steps_lost=1),
+        attempt(
+            1,
+            "communicator",
+            0,
+            50,
+            summary="communicator failure (gloo); suspect none",
+            steps_lost=1,
+        ),
         attempt(2, None, 50, 200),
     ]
     lines = follow.recovery_lines(attempts, 51)
-    assert "attempt 1 failed (communicator failure (gloo))" in lines[0]
+    assert "attempt 1 failed (communicator failure (gloo); the whole record" in lines[0]
     assert "recovered: attempt 2 resumed from the checkpoint at step 50" in lines[1]
     assert "trained to step 200" in lines[1]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from airflow_stack import EVALUATION_ENCODER, write_evaluation_encoder
 
-from ffjobs.airflow.embedded import COMPONENTS, EmbeddedAirflow, descendants
+from ffjobs.airflow.embedded import COMPONENTS, START_TIMEOUT_S, EmbeddedAirflow, descendants
 from ffjobs.process_tree import is_running
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -52,6 +52,7 @@ def ffjobs(workdir: Path, *args: str, timeout: float = RUN_TIMEOUT_S):
     )
 
 
+@pytest.mark.timeout(START_TIMEOUT_S + RUN_TIMEOUT_S + 300)  # up, the run, down's grace
 def test_demo_path_recovers_reuses_and_stops_clean(tmp_path):
     write_evaluation_encoder(tmp_path)
     airflow = EmbeddedAirflow(tmp_path)
