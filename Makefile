@@ -1,8 +1,12 @@
 # The two commands of the README, and a few helpers.
-.PHONY: demo test venv lint stack-up stack-down clean
+.PHONY: demo demo-down test venv lint stack-up stack-down clean
 
-demo: venv  ## run the whole pipeline locally on CPU with the embedded default (configs/local.yaml)
-	.venv/bin/ffjobs run
+demo: venv  ## the pipeline through the embedded Airflow, locally on CPU, to the model's review
+	.venv/bin/ffjobs airflow up
+	.venv/bin/ffjobs airflow trigger --config local --inject-communicator-failure
+
+demo-down:  ## stop the embedded Airflow that `make demo` started
+	@if [ -x .venv/bin/ffjobs ]; then .venv/bin/ffjobs airflow down; else echo "nothing to stop (no .venv)"; fi
 
 test:  ## install everything, start the local stack, lint, run all tests, tear down
 	bash infra/test.sh
