@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ffjobs.cli import add_json_argument, print_json
-from ffjobs.errors import ExitCode
+from ffjobs.errors import ExitCode, UserError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -130,6 +130,11 @@ def _trigger(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"stopped following; DAG run {run_id} goes on in Airflow: {client.url}")
         return ExitCode.INTERRUPTED
+    except OSError as exc:  # the api-server went away (ffjobs airflow down, a crash)
+        raise UserError(
+            f"lost the connection to Airflow at {client.url} while following DAG run {run_id} "
+            f"({getattr(exc, 'reason', exc)}); is it running? `ffjobs airflow status`"
+        ) from None
     return _report(airflow, client, run_id, followed, injected_at)
 
 
