@@ -215,13 +215,14 @@ class EmbeddedAirflow:
 
     def down(self) -> list[str]:
         """Stop the components this home started and every process below them (a task runs in
-        a process group of its own): SIGTERM to the components' groups, SIGKILL after
-        :data:`STOP_GRACE_S` to whatever of them is left. Returns the components stopped; none
+        a process group of its own): SIGTERM to the components' groups and to each process
+        below them, SIGKILL after :data:`STOP_GRACE_S` to whatever of them is left. Returns the components stopped; none
         running is no error."""
         running = self.running()
         below = descendants(running.values())  # before they go: their parents are the map
         for pid in running.values():
             _signal_group(pid, signal.SIGTERM)
+        _signal_each(below, signal.SIGTERM)  # a task's own group: its supervisor may not pass it on
         deadline = time.monotonic() + STOP_GRACE_S
         while time.monotonic() < deadline and (
             any(group_members(pid) for pid in running.values())
@@ -230,10 +231,7 @@ class EmbeddedAirflow:
             time.sleep(0.2)
         for pid in running.values():
             _signal_group(pid, signal.SIGKILL)
-        for pid, start in below.items():
-            if is_running(pid, start):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+        _signal_each(below, signal.SIGKILL)
         for component in COMPONENTS:
             with contextlib.suppress(FileNotFoundError):
                 self.pid_file(component).unlink()
@@ -385,6 +383,14 @@ class AirflowClient:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):  # it ended meanwhile
         os.killpg(pgid, sig)
+
+
+def _signal_each(processes: dict[int, int | None], sig: signal.Signals) -> None:
+    """Signal each of ``processes`` (pid -> start time) that is still the process it was."""
+    for pid, start in processes.items():
+        if is_running(pid, start):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
 
 
 def _stat_fields(pid: int) -> list[str] | None:
