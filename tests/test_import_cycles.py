@@ -1,6 +1,10 @@
-"""No import circle between ffjobs's files: every import of the package's own modules counts,
-at the top or inside a function, except those under ``if TYPE_CHECKING:``. A circle means two
-modules that cannot be understood (or changed) apart; the fix is a third module both use."""
+"""No import circle between ffjobs's files, nor between its packages: every import of the
+package's own modules counts, at the top or inside a function, except those under
+``if TYPE_CHECKING:``. A circle means two modules (or packages) that cannot be understood (or
+changed) apart; the fix is a third module both use, or moving a file to the layer it belongs to.
+
+Packages are ``ffjobs.<name>/`` folders; a module at the root (``ffjobs/pipeline.py``) counts as a
+package of its own."""
 
 from __future__ import annotations
 
@@ -73,10 +77,54 @@ def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
     return circles
 
 
-def test_no_import_circle_between_files():
+def _package(module: str) -> str:
+    """``ffjobs.train.stage`` -> ``ffjobs.train``; ``ffjobs.pipeline`` stays itself."""
+    parts = module.split(".")
+    if len(parts) > 2 or (PACKAGE / parts[-1]).is_dir():
+        return ".".join(parts[:2])
+    return module
+
+
+def _file_edges() -> dict[str, set[str]]:
     files = {_module(path): path for path in PACKAGE.rglob("*.py")}
-    edges = {name: _imported(path, set(files)) for name, path in files.items()}
-    assert _circles(edges) == []
+    return {name: _imported(path, set(files)) for name, path in files.items()}
+
+
+def _package_edges(
+    file_edges: dict[str, set[str]],
+) -> tuple[dict[str, set[str]], dict[tuple[str, str], set[str]]]:
+    """The packages each package imports, and for each such pair the ``a -> b`` module imports
+    that make it (the package ``ffjobs`` itself, its ``__init__``, is left out: it imports
+    nothing)."""
+    edges: dict[str, set[str]] = {}
+    why: dict[tuple[str, str], set[str]] = {}
+    for module, imported in file_edges.items():
+        edges.setdefault(_package(module), set())
+        for other in imported:
+            here, there = _package(module), _package(other)
+            if here != there and "ffjobs" not in (here, there):
+                edges[here].add(there)
+                why.setdefault((here, there), set()).add(f"{module} -> {other}")
+    return edges, why
+
+
+def test_no_import_circle_between_files():
+    assert _circles(_file_edges()) == []
+
+
+def test_no_import_circle_between_packages():
+    edges, why = _package_edges(_file_edges())
+    found = []
+    for circle in _circles(edges):
+        inside = set(circle)
+        imports = sorted(
+            line
+            for (here, there), lines in why.items()
+            if here in inside and there in inside
+            for line in lines
+        )
+        found.append(" <-> ".join(circle) + "\n  " + "\n  ".join(imports))
+    assert not found, "package circles (the imports inside each):\n" + "\n".join(found)
 
 
 def test_the_circle_finder_finds_one():

@@ -38,7 +38,7 @@ class TrainJob:
     mode: str = "train"
     """``train``, or ``bench`` (``ffjobs bench train``: timed steps, no checkpoints kept)."""
     bench: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of ``ffjobs.bench.train.bench_rank`` in bench mode."""
+    """Keyword arguments of ``ffjobs.train.measure.bench_rank`` in bench mode."""
 
     def __post_init__(self) -> None:
         if self.data not in DATA_KINDS:

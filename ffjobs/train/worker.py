@@ -125,7 +125,7 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
             signing_key=signing_key,
         )
         if job.mode == "bench":
-            from ffjobs.bench.train import bench_rank
+            from ffjobs.train.measure import bench_rank
 
             return bench_rank(trainer, **job.bench)
         sampler = _system_sampler(config, job, env, logger, lambda: trainer.step)

@@ -6,9 +6,9 @@ import json
 
 import torch
 
-from ffjobs.bench.profile import profile_steps
 from ffjobs.train.data import RandomPairs
 from ffjobs.train.distributed import DistEnv
+from ffjobs.train.profile import profile_steps
 from ffjobs.train.trainer import Trainer
 
 from .helpers import tiny_config

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ffjobs.bench.profile import kernel_kind
+from ffjobs.train.profile import kernel_kind
 
 
 def test_kernel_kinds_from_cuda_kernel_names():
