@@ -1,4 +1,5 @@
-"""The validation checks: their names, default severities, and the rules that judge cached facts.
+"""The validation checks: the rules that judge cached facts (their names and default
+severities, :data:`CHECKS`, are in :mod:`ffjobs.data.config`, beside the policy that names them).
 
 Per-file checks turn one file's facts into findings; dataset checks look across files
 (duplicates, identities, splits). Severity is policy: ``error`` findings on a file put it in
@@ -10,45 +11,17 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from ffjobs.data.config import CHECKS, Check
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ffjobs.data.config import ValidationConfig
 
+__all__ = ["CHECKS", "Check"]  # the catalog lives with the policy that names its checks
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    severity: str
-    scope: str  # "file" or "identity"
-    description: str
-
-
-_ALL = [
-    Check("zero_byte", "error", "file", "file is empty"),
-    Check("cannot_open", "error", "file", "not an image PIL can open (or unreadable)"),
-    Check("truncated", "error", "file", "image data ends early"),
-    Check("decode_error", "error", "file", "image cannot be fully decoded"),
-    Check("unsupported_format", "error", "file", "format not in allowed_formats"),
-    Check("extension_mismatch", "warning", "file", "file extension lies about the format"),
-    Check("low_resolution", "error", "file", "shorter side below min_resolution"),
-    Check("extreme_aspect", "warning", "file", "aspect ratio above max_aspect_ratio"),
-    Check("non_rgb", "warning", "file", "grayscale, CMYK, 16-bit, palette or alpha image"),
-    Check("decompression_bomb", "error", "file", "header claims more than max_pixels; not decoded"),
-    Check("path_escape", "error", "file", "symlink or manifest path leaves the dataset root"),
-    Check("missing_file", "error", "file", "manifest lists a file that does not exist"),
-    Check("undecodable_name", "error", "file", "file name is not valid UTF-8; never read"),
-    Check("exact_duplicate", "warning", "file", "same bytes as another file"),
-    Check("near_duplicate", "warning", "file", "perceptual hash within near_duplicate_distance"),
-    Check(
-        "small_identity", "warning", "identity", "identity has fewer than min_images_per_identity"
-    ),
-    Check("identity_leakage", "error", "identity", "identity appears in more than one split"),
-]
-CHECKS: dict[str, Check] = {c.name: c for c in _ALL}
 
 EXTENSION_FORMATS = {
     ".jpg": "JPEG",

@@ -8,6 +8,41 @@ from typing import Literal
 Severity = Literal["error", "warning", "ignore"]
 
 
+@dataclass(frozen=True)
+class Check:
+    """One validation check: what ``validation.severity`` names, its default severity, whether
+    it judges a file or an identity (the rule itself is in :mod:`ffjobs.data.checks`)."""
+
+    name: str
+    severity: str
+    scope: str  # "file" or "identity"
+    description: str
+
+
+_ALL = [
+    Check("zero_byte", "error", "file", "file is empty"),
+    Check("cannot_open", "error", "file", "not an image PIL can open (or unreadable)"),
+    Check("truncated", "error", "file", "image data ends early"),
+    Check("decode_error", "error", "file", "image cannot be fully decoded"),
+    Check("unsupported_format", "error", "file", "format not in allowed_formats"),
+    Check("extension_mismatch", "warning", "file", "file extension lies about the format"),
+    Check("low_resolution", "error", "file", "shorter side below min_resolution"),
+    Check("extreme_aspect", "warning", "file", "aspect ratio above max_aspect_ratio"),
+    Check("non_rgb", "warning", "file", "grayscale, CMYK, 16-bit, palette or alpha image"),
+    Check("decompression_bomb", "error", "file", "header claims more than max_pixels; not decoded"),
+    Check("path_escape", "error", "file", "symlink or manifest path leaves the dataset root"),
+    Check("missing_file", "error", "file", "manifest lists a file that does not exist"),
+    Check("undecodable_name", "error", "file", "file name is not valid UTF-8; never read"),
+    Check("exact_duplicate", "warning", "file", "same bytes as another file"),
+    Check("near_duplicate", "warning", "file", "perceptual hash within near_duplicate_distance"),
+    Check(
+        "small_identity", "warning", "identity", "identity has fewer than min_images_per_identity"
+    ),
+    Check("identity_leakage", "error", "identity", "identity appears in more than one split"),
+]
+CHECKS: dict[str, Check] = {c.name: c for c in _ALL}
+
+
 @dataclass
 class SynthConfig:
     """The synthetic face identity dataset used by the demo, tests and benchmarks."""
@@ -46,8 +81,6 @@ class ValidationConfig:
     """Incremental cache; default ``$FFJOBS_CACHE_DIR`` or ``$XDG_CACHE_HOME/ffjobs`` (~/.cache)."""
 
     def __post_init__(self) -> None:
-        from ffjobs.data.checks import CHECKS
-
         unknown = sorted(set(self.severity) - set(CHECKS))
         if unknown:
             raise ValueError(f"severity: unknown check {unknown[0]!r}; known: {', '.join(CHECKS)}")
