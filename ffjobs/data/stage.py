@@ -15,11 +15,11 @@ def validate_stage(config: Config, run: Run) -> StageOutcome:
     version: the ranks refuse a dataset that differs). A resumed run whose data changed is
     refused here.
     """
+    from ffjobs.data.demo import ensure_demo_dataset
     from ffjobs.data.index import write_validated_files
     from ffjobs.data.progress import ProgressLine
     from ffjobs.data.report import write_report
     from ffjobs.data.validate import validate_dataset
-    from ffjobs.models.prepare import ensure_demo_dataset
 
     data = config.data
     ensure_demo_dataset(config)

@@ -50,8 +50,8 @@ def ensure_evaluation_encoder(config: Config) -> None:
             "state_dict (with evaluate.identity_width 1.0, identity_input_size 112, identity_dim "
             f"512) or leave it at {DEFAULT_EVALUATION_ENCODER} to pre-train the project's own"
         )
+    from ffjobs.data.demo import ensure_identity_dataset
     from ffjobs.models.identity_pretrain import train_identity_encoder
-    from ffjobs.models.prepare import ensure_identity_dataset
     from ffjobs.shared_inputs import make_once
 
     def make(path: Path) -> None:

@@ -39,9 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _train_identity(args: argparse.Namespace) -> int:
+    from ffjobs.data.demo import ensure_identity_dataset
     from ffjobs.errors import UserError
     from ffjobs.models.identity_pretrain import train_identity_encoder
-    from ffjobs.models.prepare import ensure_identity_dataset
 
     for name in ("steps", "batch_size"):
         if getattr(args, name) < 1:

@@ -1,4 +1,5 @@
-"""Make the local demo self-contained: the synthetic dataset and an identity encoder on demand."""
+"""Make the local demo self-contained: the synthetic dataset (:mod:`ffjobs.data.demo`) and an
+identity encoder pre-trained on it, on demand."""
 
 from __future__ import annotations
 
@@ -8,35 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ffjobs.config import Config
-from ffjobs.data.config import DataConfig
-from ffjobs.errors import UserError
+from ffjobs.data.demo import ensure_demo_dataset, ensure_identity_dataset
 from ffjobs.models.identity_pretrain import IdentityPretrainResult, train_identity_encoder
 
 DEFAULT_PRETRAIN_STEPS = 300
-
-
-def ensure_identity_dataset(config: Config) -> Path:
-    """``data.source`` as a local directory. At the default path it is the synthetic set,
-    generated unless a complete one is there (made once, whoever else asks meanwhile: see
-    :func:`ffjobs.data.synth.ensure_dataset`); any other path is the user's and must exist."""
-    source = Path(config.data.source)
-    if config.data.source != DataConfig().source:
-        if source.is_dir() and any(source.iterdir()):
-            return source
-        raise UserError(
-            f"data.source: {source} is not a directory with identity folders; point data.source "
-            f"at one or leave it at the default {DataConfig().source} to generate synthetic faces"
-        )
-    from ffjobs.data.synth import ensure_dataset
-
-    synth = config.data.synth
-    return ensure_dataset(
-        source,
-        identities=synth.identities,
-        per_identity=synth.per_identity,
-        size=synth.size,
-        seed=synth.seed,
-    )
 
 
 def ensure_identity_weights(
@@ -71,16 +47,9 @@ def ensure_identity_weights(
     return made[0] if made else None
 
 
-def ensure_demo_dataset(config: Config) -> None:
-    """Generate the synthetic dataset when ``data.source`` is the default path and no complete
-    one is there (any other source is the user's, and is never written to)."""
-    if config.data.source == DataConfig().source:
-        ensure_identity_dataset(config)
-
-
 def ensure_demo_inputs(config: Config) -> None:
     """What training on the embedded default needs: the synthetic dataset (see
-    :func:`ensure_demo_dataset`) and the identity encoder pre-trained into
+    :func:`ffjobs.data.demo.ensure_demo_dataset`) and the identity encoder pre-trained into
     ``model.identity_weights`` when that file is missing (nothing is downloaded)."""
     ensure_demo_dataset(config)
     ensure_identity_weights(config)
