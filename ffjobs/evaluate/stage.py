@@ -111,7 +111,7 @@ def _candidate(config: Config, run: Run, model_uri: str | None):
         from ffjobs.registry.swap import load_face_swap
 
         return load_face_swap(config.tracking, model_uri), None, model_uri
-    from ffjobs.models.swap import face_swap_from_checkpoint
+    from ffjobs.train.swap import face_swap_from_checkpoint
 
     model, step = face_swap_from_checkpoint(config, run.checkpoint_dir)
     return model, step, f"step {step}"

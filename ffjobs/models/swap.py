@@ -5,8 +5,8 @@ and the model registry handle is the pair "generator + the identity encoder it w
 with". :class:`FaceSwap` bundles them, so evaluating, registering and trying a model all run
 the same forward. Images are ``(N, 3, H, W)`` floats in ``[-1, 1]`` at the model's resolution.
 
-:func:`face_swap_from_checkpoint` builds it from a run's latest verified checkpoint (the EMA
-generator: the weights a training run produces for use).
+:func:`ffjobs.train.swap.face_swap_from_checkpoint` builds it from a run's latest verified
+checkpoint (the EMA generator: the weights a training run produces for use).
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ffjobs.config import Config
-from ffjobs.errors import UserError
 from ffjobs.models.config import ModelConfig
 from ffjobs.models.factory import build_generator
 from ffjobs.models.identity import IdentityEncoder, build_identity_encoder
@@ -45,22 +43,3 @@ def build_face_swap(cfg: ModelConfig) -> FaceSwap:
     ``cfg.identity_weights`` is not read, the state dict brings the encoder's weights too."""
     generator = build_generator(cfg)
     return FaceSwap(generator, build_identity_encoder(cfg, load_weights=False), cfg.resolution)
-
-
-def face_swap_from_checkpoint(config: Config, location: str) -> tuple[FaceSwap, int]:
-    """``(model, step)`` from the latest verified checkpoint in ``location`` (EMA weights, or
-    the generator's own when the run kept no average)."""
-    from ffjobs.train.checkpoint import open_checkpoints
-
-    found = open_checkpoints(config, location).load_latest()
-    if found is None:  # each file refused was named in a warning as it was passed
-        raise UserError(
-            f"{location}: no verified checkpoint that loads safely to build a model from; "
-            "train first (ffjobs train, or ffjobs run)"
-        )
-    ref, state = found
-    generator = build_generator(config.model)
-    # a run trained with train.ema_decay=null has no average: its generator is what it made
-    generator.load_state_dict(state["ema"] if state.get("ema") is not None else state["generator"])
-    encoder = build_identity_encoder(config.model, load_weights=True)
-    return FaceSwap(generator, encoder, config.model.resolution), ref.step

@@ -23,7 +23,7 @@ def register_stage(config: Config, run: Run) -> StageOutcome:
     connection left without its alias is finished (``passed``). Facts: ``name``, ``version``,
     ``model_uri`` (``models:/NAME/V``), ``link``.
     """
-    from ffjobs.models.swap import face_swap_from_checkpoint
+    from ffjobs.train.swap import face_swap_from_checkpoint
 
     evaluation = _passed_evaluation(run)
     if not config.tracking.enabled:

@@ -7,10 +7,10 @@ import pytest
 
 from ffjobs.errors import ExitCode
 from ffjobs.evaluate.stage import evaluate_stage
-from ffjobs.models.swap import face_swap_from_checkpoint
 from ffjobs.registry.publish import log_face_swap, register_version
 from ffjobs.runs.run import create_run
 from ffjobs.tracking.mlflow_logger import mlflow_client
+from ffjobs.train.swap import face_swap_from_checkpoint
 
 from .conftest import TRAINED_S
 from .test_evaluate import untrained_model

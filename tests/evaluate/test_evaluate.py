@@ -15,7 +15,8 @@ from ffjobs.evaluate.evalset import build_evaluation_set
 from ffjobs.evaluate.measure import Extractors, measure
 from ffjobs.models.factory import build_generator
 from ffjobs.models.identity import build_identity_encoder
-from ffjobs.models.swap import FaceSwap, face_swap_from_checkpoint
+from ffjobs.models.swap import FaceSwap
+from ffjobs.train.swap import face_swap_from_checkpoint
 from ffjobs.train.trainer import seed_everything
 
 from .conftest import COMMAND_S, STEPS, TRAINED_S, ffjobs

@@ -103,7 +103,7 @@ def test_a_planted_pickle_runs_code_when_unpickled(tmp_path):
 def test_a_planted_newest_checkpoint_is_refused_and_training_resumes_from_the_previous(
     tmp_path,
 ):
-    from ffjobs.models.swap import face_swap_from_checkpoint
+    from ffjobs.train.swap import face_swap_from_checkpoint
 
     first = run_rank(TrainJob.of(tiny_config(tmp_path, "train.deterministic=false"), data="memory"))
     assert first["final_step"] == 4
