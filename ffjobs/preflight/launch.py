@@ -221,7 +221,7 @@ def unaccounted_job(
     preflight job name; such a job is matched to its folder by the attempt its submitit folder
     names."""
     from ffjobs.preflight.report import REPORT_JSON
-    from ffjobs.slurm.training import run_jobs
+    from ffjobs.train.slurm_job import run_jobs
 
     noted = _noted_folders(stage_dir)
     waiting = {  # attempt -> a folder whose job id was never noted

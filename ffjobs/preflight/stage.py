@@ -91,7 +91,7 @@ def gated_nodes(config: Config, report: dict, usable: list[str] | None = None) -
     ):
         return []
     if usable is None:
-        from ffjobs.slurm.training import partition_nodes
+        from ffjobs.train.slurm_job import partition_nodes
 
         usable = partition_nodes(config.slurm.partition)
     left = [n for n in usable or [] if n not in suspects and n not in config.slurm.exclude]

@@ -33,9 +33,9 @@ from ffjobs.slurm.supervisor import (
     Supervision,
     supervise,
 )
-from ffjobs.slurm.training import SlurmAttempts, run_jobs
 from ffjobs.train.attempts import attempt_records, attempts_file, record_attempt
 from ffjobs.train.job import TrainJob
+from ffjobs.train.slurm_job import SlurmAttempts, run_jobs
 
 
 def retry_policy(config: Config) -> RetryPolicy:

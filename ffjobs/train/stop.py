@@ -7,7 +7,7 @@ ranks write the same checkpoint and stop at the same step.
 
 The ranks also agree on why (:attr:`StopRequest.requeue`): USR1/USR2 come ahead of a
 pre-emption or the time limit, and the job is to go on after its checkpoint (submitit requeues
-it, :mod:`ffjobs.slurm.training`); SIGTERM is a cancel (``scancel``, an Airflow kill, Ctrl-C on
+it, :mod:`ffjobs.train.slurm_job`); SIGTERM is a cancel (``scancel``, an Airflow kill, Ctrl-C on
 ``ffjobs train --submit --wait``, which cancels its job), and the job stops after its
 checkpoint. A SIGTERM on any rank wins: a person's cancel is never undone by a requeue.
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ffjobs.slurm.failures import FailureKind, RankLog, classify_failure
-from ffjobs.slurm.training import _progress, _starts, unresponsive_nodes
+from ffjobs.train.slurm_job import _progress, _starts, unresponsive_nodes
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "slurm" / "data"  # the SLURM logs the slurm tests read too
 
 
 def both_time_out() -> list[RankLog]:
