@@ -104,6 +104,15 @@ def external_run_key(environ: Mapping[str, str] | None = None) -> str | None:
     return f"slurm-{job}" if job else None
 
 
+def local_gpu_count() -> int:
+    """GPUs this machine exposes, without importing torch (keeps the launcher fast)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return len(list(gpus.iterdir())) if gpus.is_dir() else 0
+
+
 def rank_log(log_dir: Path, rank: int) -> Path:
     return log_dir / f"rank-{rank:05d}.log"
 

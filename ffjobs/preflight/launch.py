@@ -30,15 +30,6 @@ UNKNOWN_FOR_S = 600.0
 """A job no SLURM source knows this long is given up on (its report says so)."""
 
 
-def local_gpu_count() -> int:
-    """GPUs this machine exposes, without importing torch (keeps the launcher fast)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    gpus = Path("/proc/driver/nvidia/gpus")
-    return len(list(gpus.iterdir())) if gpus.is_dir() else 0
-
-
 def launch_local(run_dir: Path, nproc: int, timeout_s: float) -> str | None:
     """Run ``nproc`` ranks on this machine through the shared launcher; return a launch error
     (naming the rank that failed and its log) or None. The report is built from the rank

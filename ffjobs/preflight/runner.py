@@ -16,11 +16,11 @@ from typing import Any
 
 from ffjobs.backend import choose_backend
 from ffjobs.errors import UserError
+from ffjobs.local_ranks import local_gpu_count
 from ffjobs.preflight.launch import (
     SubmissionFailed,
     ended_job_error,
     launch_local,
-    local_gpu_count,
     preflight_nodes,
     read_job_note,
     submit_slurm,

@@ -61,7 +61,7 @@ def check_plan(config: Config, stages: Sequence[str]) -> None:
             f"{config.slurm.nodes}); set slurm.nodes=1 or slurm.executor=slurm"
         )
     if "train" in stages and config.train.backend == "nccl" and config.slurm.executor == "local":
-        from ffjobs.preflight.launch import local_gpu_count
+        from ffjobs.local_ranks import local_gpu_count
 
         gpus = local_gpu_count()
         ranks = config.slurm.tasks_per_node
