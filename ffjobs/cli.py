@@ -29,7 +29,7 @@ COMMAND_MODULES = (
     "ffjobs.evaluate.commands",
     "ffjobs.bench.commands",
     "ffjobs.pipeline",
-    "ffjobs.runs.commands",
+    "ffjobs.commands_runs",
     "ffjobs.registry.commands",
     "ffjobs.airflow.commands",
 )

@@ -101,7 +101,11 @@ def _run(args: argparse.Namespace) -> int:
             )
         config = resumed_config(args.resume, overrides_from_args(args))
         check_plan(config, stages)
-        run = resume_run(args.resume, config, echo=echo, quiet_stdout=args.json)
+        from ffjobs.train.checkpoint import latest_step
+
+        run = resume_run(
+            args.resume, config, echo=echo, quiet_stdout=args.json, latest_step=latest_step
+        )
     else:
         config = config_from_args(args)
         check_plan(config, stages)

@@ -10,6 +10,7 @@ import subprocess
 from ffjobs.config import Config
 from ffjobs.process_tree import boot_id, process_start_time
 from ffjobs.runs.owner import found_on_resume, owner_record, run_state
+from ffjobs.train.checkpoint import latest_step
 
 
 def _record(**owner) -> dict:
@@ -42,7 +43,7 @@ def test_a_run_whose_owner_is_gone_is_abandoned(tmp_path):
     reused = _record(start_time=process_start_time(os.getpid()) - 1)
     assert run_state(reused)[0] == "abandoned"
     assert run_state(_record(boot_id="another-boot"))[1].endswith(", rebooted since, is gone)")
-    assert found_on_resume("k", record, Config()) == (
+    assert found_on_resume("k", record, Config(), latest_step) == (
         f"run k was left running by pid {pid} on {host}, which is gone; no verified checkpoint"
     )
 

@@ -72,7 +72,9 @@ def validate(params: Mapping[str, Any]) -> dict[str, Any]:
     try:
         check_plan(config, tuple(STAGES))
         if params.get("resume"):
-            run = resume_run(str(params["resume"]), config, echo=log.info)
+            from ffjobs.train.checkpoint import latest_step
+
+            run = resume_run(str(params["resume"]), config, echo=log.info, latest_step=latest_step)
         else:
             # the DAG run's tags come from the AIRFLOW_CTX_* variables Airflow sets for the
             # task (ffjobs.tracking.mlflow_logger.environment_tags, applied by create_run)

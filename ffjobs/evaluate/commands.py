@@ -66,7 +66,11 @@ def _evaluate(args: argparse.Namespace) -> int:
         echo = (lambda line: print(line, file=sys.stderr)) if args.json else print
         config = resumed_config(args.run_key, overrides_from_args(args))
         check_plan(config, ("evaluate",))
-        run = resume_run(args.run_key, config, echo=echo, quiet_stdout=args.json)
+        from ffjobs.train.checkpoint import latest_step
+
+        run = resume_run(
+            args.run_key, config, echo=echo, quiet_stdout=args.json, latest_step=latest_step
+        )
         outcome = run_pipeline(config, run, ("evaluate",)).outcomes[-1]
     if args.json:
         print_json({"run_key": run.key, "run_dir": str(run.dir), **outcome.to_dict()})

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ffjobs.process_tree import boot_id, is_running, process_start_time
@@ -68,14 +69,24 @@ def run_state(record: dict[str, Any]) -> tuple[str | None, str | None]:
     return ABANDONED, f"{ABANDONED} (owner pid {pid} on host {host}{rebooted} is gone)"
 
 
-def found_on_resume(key: str, record: dict[str, Any], config: Config) -> str | None:
+def found_on_resume(
+    key: str,
+    record: dict[str, Any],
+    config: Config,
+    latest_step: Callable[[Config, str], int | None] | None = None,
+) -> str | None:
     """What a resume says about the run it takes over when the run was not left ended: its
-    owner gone (and the step of its latest verified checkpoint), or recorded as running."""
+    owner gone (and, given ``latest_step``, :func:`ffjobs.train.checkpoint.latest_step`, the
+    step of its latest verified checkpoint), or recorded as running."""
     state, words = run_state(record)
     if state == ABANDONED:
         owner = record["owner"]
-        step = _latest_step(config, record.get("checkpoint_dir"))
-        where = f"continuing from step {step}" if step is not None else "no verified checkpoint"
+        location = record.get("checkpoint_dir")
+        if latest_step is None:
+            where = "continuing from its latest verified checkpoint, if any"
+        else:
+            step = latest_step(config, location) if location else None
+            where = f"continuing from step {step}" if step is not None else "no verified checkpoint"
         return (
             f"run {key} was left running by pid {owner['pid']} on {owner['host']}, which is "
             f"gone; {where}"
@@ -83,15 +94,3 @@ def found_on_resume(key: str, record: dict[str, Any], config: Config) -> str | N
     if state == "running" and (record.get("owner") or {}).get("pid") != os.getpid():
         return f"run {key} is recorded as {words}; taking it over"
     return None
-
-
-def _latest_step(config: Config, location: str | None) -> int | None:
-    if not location:
-        return None
-    from ffjobs.train.checkpoint import open_checkpoints
-
-    try:
-        ref = open_checkpoints(config, location).latest()
-    except Exception:  # unreachable storage: training will say so
-        return None
-    return ref.step if ref is not None else None

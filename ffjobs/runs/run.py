@@ -331,9 +331,13 @@ def resume_run(
     *,
     echo: Callable[[str], None] = print,
     quiet_stdout: bool = False,
+    latest_step: Callable[[Config, str], int | None] | None = None,
 ) -> Run:
     """Continue run ``key`` with ``config`` (its own, plus any overrides): same checkpoints,
-    same MLflow run; this process becomes the owner again.
+    same MLflow run; this process becomes the owner again. A run whose owner is gone is said
+    so, with the step it continues from when ``latest_step`` is given
+    (:func:`ffjobs.train.checkpoint.latest_step`: runs are records, below training, and look
+    nothing up in the checkpoint store themselves).
 
     A field that differs from the run's config either takes effect (recorded as this pass's
     resume: ``run.json``'s ``resumes`` and MLflow params ``resume.<pass>.<field>``) or, as
@@ -343,7 +347,7 @@ def resume_run(
     record, current = load_record(run_dir)
     changes = changed_fields(current, config)
     check_changes(key, changes)
-    found = found_on_resume(key, record, config)
+    found = found_on_resume(key, record, config, latest_step)
     passes = int(record.get("passes", 1)) + 1
     record.update(status="running", passes=passes, owner=owner_record())
     overrides = {path: new for path, (_, new) in changes.items()}

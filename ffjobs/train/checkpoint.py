@@ -392,6 +392,16 @@ def open_checkpoints(config: Config, location: str) -> Checkpointer:
     return Checkpointer(location, keep=config.train.keep_checkpoints, s3=config.s3)
 
 
+def latest_step(config: Config, location: str) -> int | None:
+    """The step of the latest verified checkpoint at ``location`` (from its manifests), or
+    ``None`` when there is none or the storage cannot be reached (training will say so)."""
+    try:
+        ref = open_checkpoints(config, location).latest()
+    except Exception:  # unreachable storage: training will say so
+        return None
+    return ref.step if ref is not None else None
+
+
 def _skipped(message: str) -> None:
     """Warn, in one line, that a checkpoint was passed over."""
     # stacklevel 4: the caller of latest_verified / load_latest

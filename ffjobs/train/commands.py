@@ -93,7 +93,10 @@ def _train_as_rank(args: argparse.Namespace) -> int:
         return STOPPED_ON_REQUEST if run_rank(job).get("stopped_early") else int(ExitCode.OK)
     check_plan(config, ("train",))
     if os.path.exists(os.path.join(config.runs_dir, key, RUN_FILE)):
-        run = resume_run(key, config)  # a restarted worker group continues the same run
+        from ffjobs.train.checkpoint import latest_step
+
+        # a restarted worker group continues the same run
+        run = resume_run(key, config, latest_step=latest_step)
     else:
         run = create_run(config, key=key)
     outcome = run_stage(config, run, "train", data=args.data)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import ffjobs
+from ffjobs.commands_runs import latest_checkpoint
 from ffjobs.config import load_config
-from ffjobs.runs.commands import latest_checkpoint
 from ffjobs.runs.owner import found_on_resume, owner_record
 from ffjobs.storage_config import S3Config
 from ffjobs.train.checkpoint import (
@@ -19,6 +19,7 @@ from ffjobs.train.checkpoint import (
     CheckpointWarning,
     capture_rng_state,
     data_name,
+    latest_step,
     open_checkpoints,
 )
 from ffjobs.train.faults import corrupt_blob
@@ -83,7 +84,7 @@ def test_a_runs_checkpoints_are_found_at_the_endpoint_its_config_names(s3_endpoi
     assert found is not None and (found.step, found.location) == (4, f"{location}/step-00000004.pt")
     assert latest_checkpoint(location, config) == {"step": 4, "location": found.location}
     record = {"status": "running", "checkpoint_dir": location, "owner": _gone_owner()}
-    assert found_on_resume("run-1", record, config).endswith("continuing from step 4")
+    assert found_on_resume("run-1", record, config, latest_step).endswith("continuing from step 4")
 
 
 def test_every_reader_of_a_runs_checkpoints_opens_them_in_one_place():

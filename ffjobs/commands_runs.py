@@ -1,4 +1,7 @@
-"""``ffjobs runs list`` and ``ffjobs runs show RUN_KEY``: what ran, how it went, where it is."""
+"""``ffjobs runs list`` and ``ffjobs runs show RUN_KEY``: what ran, how it went, where it is.
+
+Above :mod:`ffjobs.runs` (the records) and :mod:`ffjobs.train` (whose checkpoint store says
+where a run's training got to), like ``ffjobs run`` (:mod:`ffjobs.pipeline`)."""
 
 from __future__ import annotations
 
