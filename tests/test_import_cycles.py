@@ -4,7 +4,9 @@ package's own modules counts, at the top or inside a function, except those unde
 changed) apart; the fix is a third module both use, or moving a file to the layer it belongs to.
 
 Packages are ``ffjobs.<name>/`` folders; a module at the root (``ffjobs/pipeline.py``) counts as a
-package of its own."""
+package of its own. A package's ``config`` module is its section of the one configuration that
+``ffjobs.config`` puts together: it counts with ``ffjobs.config`` (the lowest layer, which
+every package reads), so a section may import nothing above that layer."""
 
 from __future__ import annotations
 
@@ -78,8 +80,11 @@ def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _package(module: str) -> str:
-    """``ffjobs.train.stage`` -> ``ffjobs.train``; ``ffjobs.pipeline`` stays itself."""
+    """``ffjobs.train.stage`` -> ``ffjobs.train``; ``ffjobs.pipeline`` stays itself; the
+    sections ``ffjobs.train.config``, ``ffjobs.data.config``... -> ``ffjobs.config``."""
     parts = module.split(".")
+    if len(parts) == 3 and parts[2] == "config":
+        return "ffjobs.config"
     if len(parts) > 2 or (PACKAGE / parts[-1]).is_dir():
         return ".".join(parts[:2])
     return module
@@ -129,3 +134,20 @@ def test_no_import_circle_between_packages():
 
 def test_the_circle_finder_finds_one():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_packages_group_modules_and_name_the_imports_between_them():
+    assert [_package(m) for m in ("ffjobs.train.stage", "ffjobs.train", "ffjobs.pipeline")] == [
+        "ffjobs.train",
+        "ffjobs.train",
+        "ffjobs.pipeline",
+    ]
+    assert _package("ffjobs.data.config") == "ffjobs.config"
+    edges, why = _package_edges(
+        {"ffjobs.a.x": {"ffjobs.b.y"}, "ffjobs.b.y": {"ffjobs.a.z"}, "ffjobs.a.z": set()}
+    )
+    assert _circles(edges) == [["ffjobs.a", "ffjobs.b"]]
+    assert why == {
+        ("ffjobs.a", "ffjobs.b"): {"ffjobs.a.x -> ffjobs.b.y"},
+        ("ffjobs.b", "ffjobs.a"): {"ffjobs.b.y -> ffjobs.a.z"},
+    }
