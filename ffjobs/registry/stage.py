@@ -75,6 +75,7 @@ def _passed_evaluation(run: Run) -> dict[str, Any]:
 
 def _register(config: Config, run: Run, model: Any, step: int) -> StageOutcome:
     from ffjobs.registry.client import PENDING, STATUS_TAG, version_link
+    from ffjobs.registry.inputs import run_inputs
     from ffjobs.registry.model_card import KEY_METRICS, model_card
     from ffjobs.registry.provenance import airflow_dag_run, code_commit
     from ffjobs.registry.publish import log_face_swap, register_version
@@ -103,7 +104,8 @@ def _register(config: Config, run: Run, model: Any, step: int) -> StageOutcome:
     metrics = run.facts("evaluate").get("metrics") or {}
     tags = {
         STATUS_TAG: PENDING,
-        "dataset_fingerprint": run.record.get("dataset_fingerprint") or "unknown",
+        # what a scheduled run compares with, to skip training on unchanged inputs
+        **run_inputs(config, run.record.get("dataset_fingerprint")).tags(),
         "git_commit": commit,
         "run_key": run.key,
         STEP_TAG: str(step),

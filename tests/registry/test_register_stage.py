@@ -7,6 +7,7 @@ import pytest
 
 from ffjobs.errors import UserError
 from ffjobs.models.swap import FaceSwap
+from ffjobs.registry.inputs import code_version, config_hash
 from ffjobs.registry.swap import load_face_swap
 from ffjobs.runs.stages import run_stage
 from ffjobs.tracking.mlflow_logger import mlflow_client
@@ -33,6 +34,9 @@ def test_registered_version_is_the_challenger_with_card_and_tags(trained, monkey
     tags = registered.tags
     assert tags["validation_status"] == "pending_review"
     assert tags["dataset_fingerprint"] == run.record["dataset_fingerprint"]
+    # what a scheduled run compares with to skip training on unchanged inputs
+    assert tags["config_hash"] == config_hash(config)
+    assert tags["code_version"] == code_version()
     assert tags["run_key"] == run.key
     assert tags["airflow_run_id"] == "manual__2026-12-01T10:00:00"
     assert tags["checkpoint_step"] == str(TRAIN_STEPS)
