@@ -1,4 +1,4 @@
-"""ffjobs pipeline: validate -> preflight -> train -> evaluate -> register.
+"""ffjobs pipeline: validate -> compare_inputs -> preflight -> train -> evaluate -> register.
 
 Trigger it by hand from the UI form (``ffjobs.airflow.form``): pick a preset, change a few
 common fields in its sections (what to train, where, how long, resume; empty keeps the preset's
@@ -10,6 +10,12 @@ its own checkpoint folder and one MLflow run; ``resume`` continues an earlier ru
 task's XCom carries the run key and the stage's small facts (report paths, verdict, checkpoint,
 evaluation metrics and gate, registered version). A model the evaluation gate blocks fails the
 DAG run; one it passes is registered with the alias ``challenger`` for review.
+
+The deployment's ``configs/schedule.yaml`` (``ffjobs.airflow.schedule``) may also schedule it:
+a cron expression and/or the dataset's Asset, and the preset those runs use. Such a run whose
+dataset fingerprint, config and code equal those of the champion's or challenger's run stops
+after validation: ``compare_inputs`` is skipped with the reason, and so are the GPU stages
+(unless the ``force`` Param is on). A run triggered by hand always trains.
 """
 
 from __future__ import annotations
@@ -22,22 +28,30 @@ from airflow.sdk import dag, task
 from ffjobs.airflow import tasks
 from ffjobs.airflow.form import pipeline_params
 from ffjobs.airflow.operators import PreflightOperator, TrainOperator
+from ffjobs.airflow.schedule import dag_schedule, load_schedule
+
+SCHEDULE = load_schedule()  # configs/schedule.yaml of the folder Airflow starts in
 
 
 @dag(
     dag_id="ffjobs_pipeline",
-    schedule=None,
+    schedule=dag_schedule(SCHEDULE),
     catchup=False,
     tags=["ffjobs"],
     doc_md=__doc__,
-    params=pipeline_params(),
+    params=pipeline_params(schedule=SCHEDULE),
 )
 def ffjobs_pipeline() -> None:
     @task(task_id="validate", multiple_outputs=True)
     def validate(params: dict[str, Any] | None = None) -> dict[str, Any]:
         return tasks.validate(params or {})
 
-    @task(task_id="evaluate", multiple_outputs=True, trigger_rule="none_failed")
+    @task(task_id="compare_inputs", multiple_outputs=True)
+    def compare_inputs(state: dict[str, Any], params: dict[str, Any] | None = None):
+        return tasks.compare_inputs(state, params or {})
+
+    # at least one success: a skipped preflight (unchanged inputs) skips it too
+    @task(task_id="evaluate", multiple_outputs=True, trigger_rule="none_failed_min_one_success")
     def evaluate(state: dict[str, Any]) -> dict[str, Any]:
         return tasks.evaluate(state)
 
@@ -46,7 +60,9 @@ def ffjobs_pipeline() -> None:
         return tasks.register(state)
 
     # on the worker for the local profile; on SLURM deferred while its short job runs
-    preflight = PreflightOperator(task_id="preflight", state=validate(), multiple_outputs=True)
+    preflight = PreflightOperator(
+        task_id="preflight", state=compare_inputs(validate()), multiple_outputs=True
+    )
     checked = preflight.output
     # evaluate reads the run from the preflight's XCom, so a skipped train (a resumed run with
     # nothing left to train) still evaluates and registers the run's model

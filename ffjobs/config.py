@@ -603,6 +603,16 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
     return _build(Config, data, "", origin)
 
 
+def load_dataclass(cls: type, path: Path) -> Any:
+    """Load one YAML file (no ``extends``, no overrides) into the dataclass ``cls`` with the
+    rules of :func:`load_config`: unknown keys, wrong types, out-of-range values and
+    ``__post_init__`` refusals name the file, line and key. An empty file gives ``cls()``."""
+    data, lines = _read_yaml(path)
+    origin = _Origin()
+    origin.record("", data, str(path), lines)
+    return _build(cls, data, "", origin)
+
+
 def _embedded_default() -> Path:
     for directory in embedded_preset_dirs():
         if (directory / f"{DEFAULT_PRESET}.yaml").is_file():

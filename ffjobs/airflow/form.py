@@ -18,6 +18,7 @@ from typing import Any
 
 from airflow.sdk import Param
 
+from ffjobs.airflow.schedule import ScheduleConfig
 from ffjobs.airflow.trigger_conf import (
     MAX_OVERRIDE_CHARS,
     MAX_OVERRIDES,
@@ -67,14 +68,18 @@ TYPED_FIELDS: dict[str, TypedField] = {
 what the value is and its unit."""
 
 
-def pipeline_params(workdir: Path | None = None) -> dict[str, Param]:
+def pipeline_params(
+    workdir: Path | None = None, schedule: ScheduleConfig | None = None
+) -> dict[str, Param]:
     """The DAG's Params, in the form's order: the presets and the deployment's configs under
-    ``workdir`` (default: the current folder, where the Airflow components start) as choices."""
+    ``workdir`` (default: the current folder, where the Airflow components start) as choices.
+    A scheduled run takes every Param's default: the ``schedule``'s preset and ``force``."""
+    schedule = schedule or ScheduleConfig()
     presets = _load_presets(config_choices(workdir))
     loaded = {name: config for name, config in presets.items() if isinstance(config, Config)}
     params: dict[str, Param] = {
         "config": Param(
-            DEFAULT_PRESET,
+            schedule.config,
             type="string",
             enum=list(presets),
             values_display={name: _preset_label(name, c) for name, c in presets.items()},
@@ -87,12 +92,14 @@ def pipeline_params(workdir: Path | None = None) -> dict[str, Param]:
     }
     params["data_source"] = _typed_param("data_source", loaded)
     params["force"] = Param(
-        False,
+        schedule.force,
         type=["null", "boolean"],  # a switch always has a value: not marked required
         section=WHAT,
         title="Train even if unchanged",
-        description="Train even when the inputs (dataset and config) are unchanged since the "
-        "last trained model; a scheduled run otherwise skips training then.",
+        description="For a scheduled run (configs/schedule.yaml, which sets this default): "
+        "train even when the dataset, config and code equal those of the champion or the "
+        "challenger; off, such a run stops after validation and says so. A run triggered by "
+        "hand always trains.",
     )
     for name in ("slurm_nodes", "nproc", "train_steps", "train_lr"):
         params[name] = _typed_param(name, loaded)

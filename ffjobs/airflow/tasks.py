@@ -86,6 +86,60 @@ def validate(params: Mapping[str, Any]) -> dict[str, Any]:
     return _run(run, "validate", last=False)
 
 
+SCHEDULED_RUN_TYPES = frozenset({"scheduled", "asset_triggered"})
+"""DAG runs Airflow made by itself (cron, dataset update): they skip training on unchanged
+inputs; one triggered by hand (``manual``), by another DAG or a backfill always trains."""
+
+GPU_STAGES = ("preflight", "train", "evaluate", "register")
+
+
+def compare_inputs(state: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """Between validation and the GPU stages: a scheduled run whose dataset fingerprint,
+    config and code equal those of the champion's or the challenger's run stops here, unless
+    the ``force`` Param is on. It then ends the run (its MLflow run ``FINISHED``, with the
+    reason as its note and tag ``ffjobs.unchanged``), puts the reason in XCom
+    (``skipped_reason``) and is skipped with it, and so are the GPU stages. Otherwise it hands
+    ``state`` on."""
+    from ffjobs.registry.inputs import registered_by_alias, run_inputs, unchanged_since
+    from ffjobs.tracking.mlflow_logger import mlflow_client
+
+    run = attach(state)
+    context = get_current_context()
+    run_type = str(getattr(context["dag_run"].run_type, "value", context["dag_run"].run_type))
+    inputs = run_inputs(run.config, run.record.get("dataset_fingerprint"))
+    run.logger.set_tags({f"ffjobs.{name}": value for name, value in inputs.tags().items()})
+    run.logger.flush()
+    reason = None
+    with stage_errors(run, "compare_inputs"):
+        if run_type not in SCHEDULED_RUN_TYPES:
+            log.info("a %s run always trains (%s)", run_type, inputs.describe())
+        elif params.get("force"):
+            log.info("force is on: training whatever is registered (%s)", inputs.describe())
+        elif not run.config.tracking.enabled:
+            log.info("tracking.enabled is false: no registry to compare with; training")
+        else:
+            client = mlflow_client(run.config.tracking)
+            registered = registered_by_alias(client, run.config.registry.model_name)
+            reason = unchanged_since(inputs, registered)
+            if reason is None:
+                log.info("inputs differ from the champion's and challenger's: training")
+    if reason is None:
+        return dict(state)
+    reason = redact_text(f"{reason}; the force Param trains anyway")
+    run.record["unchanged"] = reason
+    run.logger.set_tags(
+        {
+            "ffjobs.unchanged": reason,
+            "mlflow.note.content": reason,  # the run's description in the MLflow UI
+            **{f"ffjobs.{stage}": "skipped" for stage in GPU_STAGES},
+        }
+    )
+    finish_run(run, "FINISHED", end_tracking=True)
+    context["ti"].xcom_push(key="skipped_reason", value=reason)
+    log.info("no training: %s", reason)  # the exception's reason is a field of its own line
+    raise AirflowSkipException(reason)
+
+
 def preflight(state: Mapping[str, Any]) -> dict[str, Any]:
     """Check the fabric the training will use; a FAIL verdict stops the DAG run."""
     return _run(attach(state), "preflight", last=False)

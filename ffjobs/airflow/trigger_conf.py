@@ -85,6 +85,9 @@ MAX_OVERRIDE_CHARS = 2000
 CONFIGS_FOLDER = "configs"
 """The deployment's presets, relative to the working folder the Airflow components start in."""
 
+SCHEDULE_FILE = "schedule.yaml"
+"""The DAG's schedule (:mod:`ffjobs.airflow.schedule`) in ``configs/``: not a preset."""
+
 
 def preset_names() -> list[str]:
     """The presets that ship with ffjobs, as ``config`` names them (``local``,
@@ -105,7 +108,11 @@ def config_choices(workdir: Path | None = None) -> dict[str, Path]:
     workdir = (workdir or Path.cwd()).resolve()
     folder = workdir / CONFIGS_FOLDER
     own = (
-        {path.relative_to(folder).with_suffix("").as_posix() for path in folder.rglob("*.yaml")}
+        {
+            path.relative_to(folder).with_suffix("").as_posix()
+            for path in folder.rglob("*.yaml")
+            if path != folder / SCHEDULE_FILE
+        }
         if folder.is_dir()
         else set()
     )
@@ -192,6 +199,8 @@ def _config_file(name: Any, workdir: Path) -> Path:
         folder = folder.resolve()
         for candidate in (folder / name, folder / f"{name}.yaml"):
             resolved = candidate.resolve()
+            if resolved == (workdir / CONFIGS_FOLDER / SCHEDULE_FILE).resolve():
+                continue  # the schedule, not a preset
             if resolved.is_relative_to(folder) and resolved.is_file():
                 return resolved
     raise _error("config", f"no such preset; {wrong}, got {short(name)}")

@@ -1,5 +1,6 @@
 """The ``ffjobs_pipeline`` DAG parses cleanly and fast: no import errors, the Params the UI
-form shows, validate -> preflight -> train, and no torch/numpy/PIL/MLflow on the parse path.
+form shows, validate -> compare_inputs -> preflight -> train, and no torch/numpy/PIL/MLflow on
+the parse path.
 
 Parsing runs in a subprocess with its own AIRFLOW_HOME, so Airflow's settings and logging do
 not leak into other tests, and ``sys.modules`` shows exactly what parsing imported.
@@ -66,9 +67,11 @@ def test_dag_folder_parses_without_errors(parsed):
 
 
 def test_tasks_run_validate_preflight_train_evaluate_register(parsed):
-    assert parsed["tasks"] == ["validate", "preflight", "train", "evaluate", "register"]
+    stages = ["validate", "compare_inputs", "preflight", "train", "evaluate", "register"]
+    assert parsed["tasks"] == stages
     assert parsed["downstream"] == {
-        "validate": ["preflight"],
+        "validate": ["compare_inputs"],
+        "compare_inputs": ["preflight"],  # a scheduled run on unchanged inputs stops here
         "preflight": ["evaluate", "train"],  # evaluate reads the run from preflight's XCom
         "train": ["evaluate"],
         "evaluate": ["register"],

@@ -40,6 +40,8 @@ DAG_ID = "ffjobs_pipeline"
 # Starting takes 20-60 s on a quiet two-core machine (each component imports Airflow and the
 # api-server its whole app); five minutes leaves room for a loaded one.
 START_TIMEOUT_S = 300.0
+CACHE_CHECK_S = 1
+"""How old the api-server's cached copy of a DAG may be before it is checked (see the env)."""
 # Given, so the evaluate task does not pre-train one (300 steps: most of the run's time on two
 # busy cores, and in-process torch that starts no worker: nothing this test is about).
 EVALUATION_ENCODER = "models/evaluation-encoder.pt"
@@ -67,15 +69,21 @@ class AirflowStack:
         self.env = {**os.environ, **self._airflow_env(), **(extra_env or {})}
 
     def _airflow_env(self) -> dict[str, str]:
-        return airflow_env(
-            self.home,
-            port=self.port,
-            worker_log_port=free_loopback_port(),
-            trigger_log_port=free_loopback_port(),
-            secret_key=secrets.token_urlsafe(24),
-            jwt_secret=secrets.token_urlsafe(24),
-            dags_folder=REPO / "dags",
-        )
+        return {
+            **airflow_env(
+                self.home,
+                port=self.port,
+                worker_log_port=free_loopback_port(),
+                trigger_log_port=free_loopback_port(),
+                secret_key=secrets.token_urlsafe(24),
+                jwt_secret=secrets.token_urlsafe(24),
+                dags_folder=REPO / "dags",
+            ),
+            # the api-server serves its cached copy of a DAG version the dag-processor rewrote
+            # in place (no DAG run since) until this many seconds passed (default 30): a trigger
+            # right after a re-parse would be checked against the old Params
+            "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": str(CACHE_CHECK_S),
+        }
 
     # ------------------------------------------------------------------ life cycle
 
@@ -175,6 +183,7 @@ class AirflowStack:
 
         # a parse takes about a second; the dag-processor takes requests up between its loops
         self._wait(f"DAG {DAG_ID} to be parsed again", time.monotonic() + START_TIMEOUT_S, parsed)
+        time.sleep(CACHE_CHECK_S + 1)  # the api-server's cached copy is checked again by then
         return details
 
     def _login(self) -> str:
@@ -216,6 +225,59 @@ class AirflowStack:
 
     def delete(self, path: str) -> tuple[int, Any]:
         return self.request("DELETE", path)
+
+
+# ---------------------------------------------------------------------- DAG runs
+
+RUNS = f"/api/v2/dags/{DAG_ID}/dagRuns"
+
+
+def task_states(stack: AirflowStack, run_id: str) -> dict[str, str | None]:
+    status, body = stack.get(f"{RUNS}/{run_id}/taskInstances")
+    assert status == 200, body
+    return {ti["task_id"]: ti["state"] for ti in body["task_instances"]}
+
+
+def dag_run_state(stack: AirflowStack, run_id: str) -> str:
+    status, body = stack.get(f"{RUNS}/{run_id}")
+    assert status == 200, body
+    return body["state"]
+
+
+def wait_for_end(stack: AirflowStack, run_id: str, timeout: float) -> str:
+    """The DAG run's final state, once it has one."""
+    deadline = time.monotonic() + timeout
+    while (state := dag_run_state(stack, run_id)) not in ("success", "failed"):
+        assert time.monotonic() < deadline, f"DAG run {run_id} still {state}"
+        time.sleep(2)
+    return state
+
+
+def task_log(stack: AirflowStack, run_id: str, task_id: str, try_number: int = 1) -> str:
+    """A task try's log as the api-server serves it (the UI's view), one event a line."""
+    status, body = stack.get(
+        f"{RUNS}/{run_id}/taskInstances/{task_id}/logs/{try_number}?full_content=true"
+    )
+    if status != 200:
+        return f"<no log: {status} {body}>"
+    content = body.get("content", body) if isinstance(body, dict) else body
+    if isinstance(content, list):
+        return "\n".join(
+            line.get("event", json.dumps(line)) if isinstance(line, dict) else str(line)
+            for line in content
+        )
+    return str(content)
+
+
+def xcom_value(stack: AirflowStack, run_id: str, task_id: str, key: str) -> Any:
+    """One XCom of a task of the DAG run, decoded."""
+    status, body = stack.get(f"{RUNS}/{run_id}/taskInstances/{task_id}/xcomEntries/{key}")
+    assert status == 200, body
+    value = body["value"]
+    try:
+        return json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return value  # a plain string
 
 
 def write_evaluation_encoder(workdir: Path) -> None:

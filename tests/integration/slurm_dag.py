@@ -10,10 +10,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airflow_stack import DAG_ID, EVALUATION_ENCODER, AirflowStack
+from airflow_stack import (
+    DAG_ID,
+    EVALUATION_ENCODER,
+    RUNS,
+    AirflowStack,
+    dag_run_state,
+    task_states,
+    xcom_value,
+)
 from train.helpers import TINY_MODEL  # tests/ is on sys.path (rootdir conftest)
 
-RUNS = f"/api/v2/dags/{DAG_ID}/dagRuns"
 STEPS = 6
 TINY = [
     *TINY_MODEL,
@@ -53,18 +60,6 @@ def task_instance(stack: AirflowStack, run_id: str, task_id: str) -> dict[str, A
     return body
 
 
-def task_states(stack: AirflowStack, run_id: str) -> dict[str, str | None]:
-    status, body = stack.get(f"{RUNS}/{run_id}/taskInstances")
-    assert status == 200, body
-    return {ti["task_id"]: ti["state"] for ti in body["task_instances"]}
-
-
-def dag_run_state(stack: AirflowStack, run_id: str) -> str:
-    status, body = stack.get(f"{RUNS}/{run_id}")
-    assert status == 200, body
-    return body["state"]
-
-
 def wait_for(stack: AirflowStack, run_id: str, done, what: str, timeout: float = RUN_TIMEOUT_S):
     """Poll the DAG run's task states until ``done(states)``; fail at once if the DAG run
     ended first."""
@@ -80,22 +75,9 @@ def wait_for(stack: AirflowStack, run_id: str, done, what: str, timeout: float =
         time.sleep(2)
 
 
-def wait_for_end(stack: AirflowStack, run_id: str, timeout: float = RUN_TIMEOUT_S) -> str:
-    """The DAG run's final state, once it has one."""
-    deadline = time.monotonic() + timeout
-    while (state := dag_run_state(stack, run_id)) not in ("success", "failed"):
-        assert time.monotonic() < deadline, f"DAG run {run_id} still {state}"
-        time.sleep(2)
-    return state
-
-
 def run_dir(stack: AirflowStack, run_id: str) -> Path:
     """The run directory of DAG run ``run_id`` (the validate task's XCom)."""
-    path = f"{RUNS}/{run_id}/taskInstances/validate/xcomEntries/run_dir"
-    status, body = stack.get(path)
-    assert status == 200, body
-    value = body["value"]
-    return stack.workdir / (json.loads(value) if value.startswith('"') else value)
+    return stack.workdir / xcom_value(stack, run_id, "validate", "run_dir")
 
 
 def run_record(stack: AirflowStack, run_id: str | None = None) -> dict[str, Any]:

@@ -13,15 +13,17 @@ asynchronous checkpoint writer (a process of its own, in each rank).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 
 import pytest
 from airflow_stack import (
     DAG_ID,
     EVALUATION_ENCODER,
+    RUNS,
     START_TIMEOUT_S,
     AirflowStack,
+    task_log,
+    wait_for_end,
     write_evaluation_encoder,
 )
 
@@ -29,8 +31,8 @@ from ffjobs.data.synth import PARALLEL_FROM
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-RUNS = f"/api/v2/dags/{DAG_ID}/dagRuns"
 STAGES = ("validate", "preflight", "train", "evaluate", "register")
+TASKS = ("validate", "compare_inputs", *STAGES[1:])  # a manual run's inputs are not compared
 PER_IDENTITY = 8
 IDENTITIES = PARALLEL_FROM // PER_IDENTITY  # the generator's worker processes draw them
 CONF = {
@@ -77,33 +79,6 @@ def fresh_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowS
         stack.stop()
 
 
-def task_log(stack: AirflowStack, run_id: str, task_id: str, try_number: int = 1) -> str:
-    """A task try's log as the api-server serves it (the UI's view), one event a line."""
-    status, body = stack.get(
-        f"{RUNS}/{run_id}/taskInstances/{task_id}/logs/{try_number}?full_content=true"
-    )
-    if status != 200:
-        return f"<no log: {status} {body}>"
-    content = body.get("content", body) if isinstance(body, dict) else body
-    if isinstance(content, list):
-        return "\n".join(
-            line.get("event", json.dumps(line)) if isinstance(line, dict) else str(line)
-            for line in content
-        )
-    return str(content)
-
-
-def wait_for_end(stack: AirflowStack, run_id: str) -> str:
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while True:
-        status, body = stack.get(f"{RUNS}/{run_id}")
-        assert status == 200, body
-        if body["state"] in ("success", "failed"):
-            return body["state"]
-        assert time.monotonic() < deadline, f"DAG run {run_id} still {body['state']}"
-        time.sleep(5)
-
-
 @pytest.mark.timeout(START_TIMEOUT_S + RUN_TIMEOUT_S + 300)  # the stack's start, the run, logs
 def test_every_stage_runs_in_a_real_task_on_a_new_dataset(fresh_airflow):
     stack = fresh_airflow
@@ -115,13 +90,13 @@ def test_every_stage_runs_in_a_real_task_on_a_new_dataset(fresh_airflow):
     assert status in (200, 201), body
     run_id = body["dag_run_id"]
 
-    state = wait_for_end(stack, run_id)
+    state = wait_for_end(stack, run_id, RUN_TIMEOUT_S)
     status, body = stack.get(f"{RUNS}/{run_id}/taskInstances")
     assert status == 200, body
     states = {ti["task_id"]: ti["state"] for ti in body["task_instances"]}
-    unfinished = [task for task in STAGES if states.get(task) != "success"]
+    unfinished = [task for task in TASKS if states.get(task) != "success"]
     logs = {task: task_log(stack, run_id, task) for task in unfinished}
-    assert (state, states) == ("success", dict.fromkeys(STAGES, "success")), "\n\n".join(
+    assert (state, states) == ("success", dict.fromkeys(TASKS, "success")), "\n\n".join(
         f"--- {task} ({states.get(task)}):\n{log[-4000:]}" for task, log in logs.items()
     )
 
