@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="approve a version that is not the challenger or was rejected before",
     )
-    approve.set_defaults(handler=_approve)
+    approve.set_defaults(handler=_decide, decision="approve")
 
     reject = actions.add_parser(
         "reject",
@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "be rejected: approve its successor). " + REVIEW_HELP,
     )
     _review_arguments(reject)
-    reject.set_defaults(handler=_reject)
+    reject.set_defaults(handler=_decide, decision="reject", force=False)
 
     listing = actions.add_parser(
         "list",
@@ -118,32 +118,16 @@ def _review(args: argparse.Namespace):
     return Review(args.reviewer or getpass.getuser(), args.reason)
 
 
-def _approve(args: argparse.Namespace) -> int:
-    from ffjobs.registry.review import approve
+def _decide(args: argparse.Namespace) -> int:
+    from ffjobs.registry.review import decide, decision_summary
 
     review = _review(args)
-    result = approve(_client(args), args.name, args.version, review, force=args.force)
-    if args.json:
-        print_json(result)
-    elif not result["changed"]:
-        print(
-            f"{args.name} version {result['version']} is the champion already (approved by "
-            f"{result['reviewed_by'] or '?'} at {result['reviewed_at'] or '?'}); nothing changed"
-        )
-    else:
-        replaced = f" (replaces version {result['replaced']})" if result["replaced"] else ""
-        print(f"{args.name} version {result['version']} is the champion{replaced}")
-    return ExitCode.OK
-
-
-def _reject(args: argparse.Namespace) -> int:
-    from ffjobs.registry.review import reject
-
-    result = reject(_client(args), args.name, args.version, _review(args))
+    client = _client(args)
+    result = decide(client, args.name, args.version, args.decision, review, force=args.force)
     if args.json:
         print_json(result)
     else:
-        print(f"{args.name} version {result['version']} is rejected; the champion is unchanged")
+        print(decision_summary(result))
     return ExitCode.OK
 
 

@@ -1,5 +1,8 @@
 """Review decisions on registered versions: approve (to ``champion``), reject, and a listing.
 
+:func:`decide` is the one way a decision is applied, whoever makes it: ``ffjobs registry
+approve|reject`` and the pipeline's review task in Airflow record it identically.
+
 Every decision is appended to the version's history (tags ``review.1``, ``review.2``, ...: who,
 when, why), never overwriting an earlier one, so the registry itself is the review log; the
 tags ``validation_status``, ``reviewed_by``, ... show the latest for display. Aliases say which
@@ -29,6 +32,9 @@ from ffjobs.registry.model_card import KEY_METRICS
 
 REVIEW_TAG_PREFIX = "review."
 """Each decision is the tag ``review.<n>`` (1, 2, ...): a JSON record appended, never rewritten."""
+
+APPROVE, REJECT = "approve", "reject"
+"""The two decisions :func:`decide` applies."""
 
 REASON_LIMIT = 1000
 """Characters of a reason: a record must fit MLflow's 5000-character tag value."""
@@ -66,6 +72,45 @@ class Review:
         """This decision as one history entry (a JSON object)."""
         entry = {"decision": status, "by": self.reviewer, "at": self.at, **extra}
         return json.dumps({**entry, "reason": self.reason.strip()}, sort_keys=False)
+
+
+def decide(
+    client: Any, name: str, version: str, decision: str, review: Review, *, force: bool = False
+) -> dict:
+    """Apply a reviewer's ``decision`` (:data:`APPROVE` or :data:`REJECT`) to ``version`` with
+    who, when and why from ``review``: :func:`approve` (``force``: see there) or :func:`reject`.
+    Returns what changed (``name``, ``version``, ``status``, ``changed``, ``replaced``)."""
+    if decision == APPROVE:
+        return approve(client, name, version, review, force=force)
+    if decision == REJECT:
+        return {**reject(client, name, version, review), "replaced": None}
+    raise ValueError(f"decision {decision!r}: one of {APPROVE!r}, {REJECT!r}")
+
+
+def decision_summary(result: dict) -> str:
+    """One line saying what :func:`decide` did, as a reviewer reads it."""
+    name, version = result["name"], result["version"]
+    if result["status"] == REJECTED:
+        return f"{name} version {version} is rejected; the champion is unchanged"
+    if not result["changed"]:
+        return (
+            f"{name} version {version} is the champion already (approved by "
+            f"{result.get('reviewed_by') or '?'} at {result.get('reviewed_at') or '?'}); "
+            "nothing changed"
+        )
+    replaced = f" (replaces version {result['replaced']})" if result.get("replaced") else ""
+    return f"{name} version {version} is the champion{replaced}"
+
+
+def earlier_decision(client: Any, name: str, version: str) -> dict[str, str] | None:
+    """The decision already recorded on ``version`` (``status``, ``reviewed_by``,
+    ``reviewed_at``, ``review_reason``), or None while it is pending review."""
+    tags = model_version(client, name, version).tags or {}
+    status = tags.get(STATUS_TAG, PENDING)
+    if status == PENDING:
+        return None
+    keys = ("reviewed_by", "reviewed_at", "review_reason")
+    return {"status": status, **{key: tags.get(key, "?") for key in keys}}
 
 
 def approve(client: Any, name: str, version: str, review: Review, *, force: bool = False) -> dict:
