@@ -1,4 +1,4 @@
-"""ffjobs pipeline: validate -> compare_inputs -> preflight -> train -> evaluate -> register.
+"""ffjobs pipeline: validate -> compare_inputs -> preflight -> train -> evaluate -> register -> review.
 
 Trigger it by hand from the UI form (``ffjobs.airflow.form``): pick a preset, change a few
 common fields in its sections (what to train, where, how long, resume; empty keeps the preset's
@@ -9,7 +9,9 @@ is made; the first task checks the same again. One DAG run is one run: a run key
 its own checkpoint folder and one MLflow run; ``resume`` continues an earlier run instead. Each
 task's XCom carries the run key and the stage's small facts (report paths, verdict, checkpoint,
 evaluation metrics and gate, registered version). A model the evaluation gate blocks fails the
-DAG run; one it passes is registered with the alias ``challenger`` for review.
+DAG run; one it passes is registered with the alias ``challenger`` for review: the review task
+asks for Approve or Reject with a reason (the UI's Required actions) and records the answer on
+the version as ``ffjobs registry approve|reject`` does (``ffjobs.airflow.review``).
 
 The deployment's ``configs/schedule.yaml`` (``ffjobs.airflow.schedule``) may also schedule it:
 a cron expression and/or the dataset's Asset, and the preset those runs use. Such a run whose
@@ -28,6 +30,7 @@ from airflow.sdk import dag, task
 from ffjobs.airflow import tasks
 from ffjobs.airflow.form import pipeline_params
 from ffjobs.airflow.operators import PreflightOperator, TrainOperator
+from ffjobs.airflow.review import ReviewOperator
 from ffjobs.airflow.schedule import dag_schedule, load_schedule
 
 SCHEDULE = load_schedule()  # configs/schedule.yaml of the folder Airflow starts in
@@ -78,7 +81,8 @@ def ffjobs_pipeline() -> None:
         retry_delay=timedelta(seconds=10),
     )
     train >> evaluated
-    register(evaluated)
+    # a person approves or rejects the registered version; skipped when nothing was registered
+    ReviewOperator(task_id="review", state=register(evaluated))
 
 
 ffjobs_pipeline()

@@ -34,7 +34,7 @@ def model_card(run: Run, *, step: int, links: Mapping[str, str | None]) -> str:
         "",
         *_training(run, step),
         "",
-        *_evaluation(run.facts("evaluate")),
+        *evaluation_lines(run.facts("evaluate")),
         "",
         *_links(run, links),
     ]
@@ -103,7 +103,8 @@ def _delta(metric: str, value: float) -> str:
     return f"{value:+.4g} ({mark})"
 
 
-def _evaluation(evaluation: Mapping[str, Any]) -> list[str]:
+def evaluation_lines(evaluation: Mapping[str, Any]) -> list[str]:
+    """The card's evaluation section: the metrics table with the champion's beside them, the gate."""
     metrics = evaluation.get("metrics") or {}
     champion = evaluation.get("champion") or None
     eval_set = evaluation.get("eval_set") or {}

@@ -24,3 +24,7 @@ class RegistryConfig:
     model_name: str = "ffjobs-face-swap"
     """Registered model name; its alias ``champion`` is the approved model, ``challenger``
     the newest candidate awaiting review."""
+    review_timeout_h: float = field(default=72.0, metadata={"ge": 0.0})
+    """Hours the pipeline's review task waits for a reviewer's answer in Airflow; past them
+    nothing is decided (the version stays the challenger for ``ffjobs registry``) and the task
+    fails. 0: the DAG run asks no one (the review task is skipped)."""

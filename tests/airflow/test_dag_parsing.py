@@ -1,6 +1,6 @@
 """The ``ffjobs_pipeline`` DAG parses cleanly and fast: no import errors, the Params the UI
-form shows, validate -> compare_inputs -> preflight -> train, and no torch/numpy/PIL/MLflow on
-the parse path.
+form shows, validate -> compare_inputs -> preflight -> train -> evaluate -> register -> review,
+and no torch/numpy/PIL/MLflow on the parse path.
 
 Parsing runs in a subprocess with its own AIRFLOW_HOME, so Airflow's settings and logging do
 not leak into other tests, and ``sys.modules`` shows exactly what parsing imported.
@@ -41,6 +41,12 @@ PARSE = textwrap.dedent(
         "downstream": {t: sorted(dag.get_task(t).downstream_task_ids) for t in dag.task_ids},
         "params": {k: {"default": v.value, "schema": v.schema} for k, v in dag.params.items()},
         "heavy_imports": heavy,
+        "review": {
+            "retries": dag.get_task("review").retries,
+            "options": dag.get_task("review").options,
+            "params": sorted(dag.get_task("review").serialized_params),
+            "trigger_rule": dag.get_task("review").trigger_rule.value,
+        },
         "param_overrides": trigger_conf.PARAM_OVERRIDES,
         "sets": trigger_conf.check_trigger_conf({
             "config": "local", "train_steps": 7, "train_lr": 0.0003, "data_source": "s3://b/p",
@@ -66,8 +72,8 @@ def test_dag_folder_parses_without_errors(parsed):
     assert parsed["schedule"] == "None"
 
 
-def test_tasks_run_validate_preflight_train_evaluate_register(parsed):
-    stages = ["validate", "compare_inputs", "preflight", "train", "evaluate", "register"]
+def test_tasks_run_validate_preflight_train_evaluate_register_review(parsed):
+    stages = ["validate", "compare_inputs", "preflight", "train", "evaluate", "register", "review"]
     assert parsed["tasks"] == stages
     assert parsed["downstream"] == {
         "validate": ["compare_inputs"],
@@ -75,7 +81,14 @@ def test_tasks_run_validate_preflight_train_evaluate_register(parsed):
         "preflight": ["evaluate", "train"],  # evaluate reads the run from preflight's XCom
         "train": ["evaluate"],
         "evaluate": ["register"],
-        "register": [],
+        "register": ["review"],
+        "review": [],
+    }
+    assert parsed["review"] == {
+        "retries": 0,  # a new try would ask the question again
+        "options": ["Approve", "Reject"],
+        "params": ["reason"],
+        "trigger_rule": "all_success",  # skipped when nothing was registered
     }
 
 

@@ -37,6 +37,7 @@ from ffjobs.local_ranks import free_loopback_port
 REPO = Path(__file__).resolve().parents[2]
 COMPONENTS = ("api-server", "dag-processor", "scheduler", "triggerer")
 DAG_ID = "ffjobs_pipeline"
+RUNS = f"/api/v2/dags/{DAG_ID}/dagRuns"
 # Starting takes 20-60 s on a quiet two-core machine (each component imports Airflow and the
 # api-server its whole app); five minutes leaves room for a loaded one.
 START_TIMEOUT_S = 300.0
@@ -227,9 +228,25 @@ class AirflowStack:
         return self.request("DELETE", path)
 
 
-# ---------------------------------------------------------------------- DAG runs
+# ------------------------------------------------------------------ DAG runs
 
-RUNS = f"/api/v2/dags/{DAG_ID}/dagRuns"
+# Each task starts an interpreter that imports Airflow and ffjobs, training starts its ranks,
+# evaluate and register load the model: minutes on two busy cores; this bounds a hang.
+DAG_RUN_TIMEOUT_S = 1500
+
+
+def trigger_dag_run(stack: AirflowStack, conf: dict[str, Any]) -> str:
+    """Unpause the DAG and trigger a DAG run with ``conf``; its run id."""
+    assert stack.patch(f"/api/v2/dags/{DAG_ID}", {"is_paused": False})[0] == 200
+    status, body = stack.post(RUNS, {"logical_date": None, "conf": conf})
+    assert status in (200, 201), body
+    return body["dag_run_id"]
+
+
+def task_instance(stack: AirflowStack, run_id: str, task_id: str) -> dict[str, Any]:
+    status, body = stack.get(f"{RUNS}/{run_id}/taskInstances/{task_id}")
+    assert status == 200, body
+    return body
 
 
 def task_states(stack: AirflowStack, run_id: str) -> dict[str, str | None]:
@@ -244,7 +261,22 @@ def dag_run_state(stack: AirflowStack, run_id: str) -> str:
     return body["state"]
 
 
-def wait_for_end(stack: AirflowStack, run_id: str, timeout: float) -> str:
+def wait_for(stack: AirflowStack, run_id: str, done, what: str, timeout: float = DAG_RUN_TIMEOUT_S):
+    """Poll the DAG run's task states until ``done(states)``; fail at once if the DAG run
+    ended first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = task_states(stack, run_id)
+        if done(states):
+            return states
+        state = dag_run_state(stack, run_id)
+        if state in ("success", "failed") and not done(task_states(stack, run_id)):
+            raise AssertionError(f"DAG run {run_id} ended {state} before {what}: {states}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {states}"
+        time.sleep(2)
+
+
+def wait_for_end(stack: AirflowStack, run_id: str, timeout: float = DAG_RUN_TIMEOUT_S) -> str:
     """The DAG run's final state, once it has one."""
     deadline = time.monotonic() + timeout
     while (state := dag_run_state(stack, run_id)) not in ("success", "failed"):

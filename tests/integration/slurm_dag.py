@@ -10,13 +10,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airflow_stack import (
+from airflow_stack import (  # noqa: F401 - the DAG run helpers, for this module's tests
     DAG_ID,
     EVALUATION_ENCODER,
     RUNS,
     AirflowStack,
     dag_run_state,
+    task_instance,
     task_states,
+    trigger_dag_run,
+    wait_for,
+    wait_for_end,
     xcom_value,
 )
 from train.helpers import TINY_MODEL  # tests/ is on sys.path (rootdir conftest)
@@ -39,40 +43,14 @@ TINY = [
     "evaluate.gate.min_ssim=0",
     "evaluate.gate.min_identity_top1=0",
     f"evaluate.identity_weights={EVALUATION_ENCODER}",
+    "registry.review_timeout_h=0",  # no reviewer here: the review task is skipped
 ]
-# Each task starts an interpreter that imports Airflow and ffjobs, the job queues and starts
-# two ranks on the nodes, evaluate and register load the model: minutes on two busy cores.
-RUN_TIMEOUT_S = 1500
 ENDED = ("success", "failed", "upstream_failed", "skipped")
 
 
 def trigger(stack: AirflowStack, steps: int = STEPS, extra: tuple[str, ...] = ()) -> str:
     conf = {"config": "clusters/minicluster", "train_steps": steps, "overrides": [*TINY, *extra]}
-    assert stack.patch(f"/api/v2/dags/{DAG_ID}", {"is_paused": False})[0] == 200
-    status, body = stack.post(RUNS, {"logical_date": None, "conf": conf})
-    assert status in (200, 201), body
-    return body["dag_run_id"]
-
-
-def task_instance(stack: AirflowStack, run_id: str, task_id: str) -> dict[str, Any]:
-    status, body = stack.get(f"{RUNS}/{run_id}/taskInstances/{task_id}")
-    assert status == 200, body
-    return body
-
-
-def wait_for(stack: AirflowStack, run_id: str, done, what: str, timeout: float = RUN_TIMEOUT_S):
-    """Poll the DAG run's task states until ``done(states)``; fail at once if the DAG run
-    ended first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        states = task_states(stack, run_id)
-        if done(states):
-            return states
-        state = dag_run_state(stack, run_id)
-        if state in ("success", "failed") and not done(task_states(stack, run_id)):
-            raise AssertionError(f"DAG run {run_id} ended {state} before {what}: {states}")
-        assert time.monotonic() < deadline, f"timed out waiting for {what}: {states}"
-        time.sleep(2)
+    return trigger_dag_run(stack, conf)
 
 
 def run_dir(stack: AirflowStack, run_id: str) -> Path:

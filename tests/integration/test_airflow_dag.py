@@ -35,6 +35,7 @@ TINY = [
     "data.synth.identities=10",  # 2 held out (val_fraction 0.2) for the evaluation
     "data.synth.per_identity=4",
     "evaluate.gate.min_ssim=0",  # 4 steps cannot pass the quality floor; the wiring is checked
+    "registry.review_timeout_h=0",  # dag.test() waits on a review forever: none asked
 ]
 
 DAG_TEST = textwrap.dedent(
@@ -119,7 +120,8 @@ def test_dag_runs_every_stage_into_one_mlflow_run(airflow_env, tmp_path):
     assert result["state"] == "success", log[-4000:]
     stages = ("validate", "preflight", "train", "evaluate", "register")
     # a manual run always trains: compare_inputs hands the run on
-    assert result["tasks"] == dict.fromkeys(("compare_inputs", *stages), "success")
+    tasks = dict.fromkeys(("compare_inputs", *stages), "success")
+    assert result["tasks"] == {**tasks, "review": "skipped"}
 
     xcom = result["xcom"]
     run_dir = tmp_path / xcom["validate.run_dir"]

@@ -68,7 +68,8 @@ def scheduled(airflow_stack: AirflowStack, local_stack) -> Iterator[dict[str, st
         **TINY,
         "data": {"source": f"data/scheduled-{tag}"},
         "tracking": {"tracking_uri": os.environ["MLFLOW_TRACKING_URI"]},
-        "registry": {"model_name": names["model"]},
+        # no reviewer here: the review task is skipped
+        "registry": {"model_name": names["model"], "review_timeout_h": 0},
     }
     # 10 identities, 2 held out (val_fraction 0.2) for the evaluation
     generate_dataset(stack.workdir / preset["data"]["source"], identities=10, per_identity=4)
@@ -124,7 +125,8 @@ def trained_and_registered(stack: AirflowStack, run_id: str) -> str:
     state = wait_for_end(stack, run_id, RUN_TIMEOUT_S)
     states = task_states(stack, run_id)
     failed = {t: task_log(stack, run_id, t)[-3000:] for t in STAGES if states[t] != "success"}
-    assert (state, states) == ("success", dict.fromkeys(STAGES, "success")), failed
+    expected = {**dict.fromkeys(STAGES, "success"), "review": "skipped"}
+    assert (state, states) == ("success", expected), failed
     return str(xcom_value(stack, run_id, "register", "registered_version"))
 
 
@@ -154,7 +156,7 @@ def test_a_scheduled_run_on_unchanged_inputs_skips_the_gpu_stages_and_force_trai
     assert states == {
         "validate": "success",
         "compare_inputs": "skipped",
-        **dict.fromkeys(GPU_STAGES, "skipped"),
+        **dict.fromkeys((*GPU_STAGES, "review"), "skipped"),
     }, task_log(stack, run_id, "compare_inputs")[-3000:]
     reason = xcom_value(stack, run_id, "compare_inputs", "skipped_reason")
     assert reason.startswith("inputs unchanged since version 1 (challenger): dataset fingerprint ")

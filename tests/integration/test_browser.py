@@ -8,8 +8,15 @@ from __future__ import annotations
 
 import browser
 import pytest
-from airflow_stack import DAG_ID, AirflowStack
+from airflow_stack import DAG_ID, DAG_RUN_TIMEOUT_S, START_TIMEOUT_S, AirflowStack
 from browser import AirflowPage
+from integration.test_airflow_review import (  # noqa: F401 - a fixture
+    answer,
+    hitl_path,
+    review_conf,
+    run_until_review,
+    tracking_uri,
+)
 
 from ffjobs.airflow.form import SECTIONS
 from ffjobs.config import load_config
@@ -118,8 +125,30 @@ def test_the_trigger_form_refuses_an_out_of_range_value_naming_it_and_makes_no_r
 
 
 # --------------------------------------------------------------------------- the review page
-# The review task (human review of the evaluated model before it is registered) is not in the
-# pipeline yet. Its check goes here: a test on ``airflow_stack_page`` (DAG runs execute) that
-# triggers a run, waits for the review task to await input, opens its page with
-# ``airflow_stack_page.open(...)``, asserts the review's options are on the page (DOM) and
-# keeps ``airflow_stack_page.screenshot("review-page")``.
+
+
+@pytest.mark.timeout(START_TIMEOUT_S + DAG_RUN_TIMEOUT_S)  # the stack's start, one tiny DAG run
+def test_the_review_page_offers_approve_and_reject_with_the_evaluation(
+    airflow_stack_page: AirflowPage,
+    tracking_uri: str,  # noqa: F811 - the fixture
+):
+    page = airflow_stack_page
+    conf, model = review_conf(page.stack, tracking_uri)
+    run_id, question = run_until_review(page.stack, conf)
+    try:
+        # the review's own page, where Required actions and the task's page lead
+        page.open(f"/dags/{DAG_ID}/runs/{run_id}/tasks/review/required_actions?map_index=-1")
+        for option in ("Approve", "Reject"):
+            page.visible(browser.By.XPATH, f"//button[normalize-space()='{option}']", option)
+        text = page.wait(
+            lambda d: (
+                (t := d.find_element(browser.By.TAG_NAME, "body").text) and "metric" in t and t
+            ),
+            "the question's body",
+        )
+        assert question["subject"] in text
+        assert "this model" in text and "champion" in text  # the evaluation table
+        page.screenshot("review-page")
+    finally:
+        answer(page.stack, run_id, "Reject", "seen in the browser test only")
+    assert page.stack.get(hitl_path(run_id))[1]["chosen_options"] == ["Reject"]

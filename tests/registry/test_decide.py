@@ -5,8 +5,12 @@ registry at the client boundary (the real server: test_review.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from ffjobs.cli import main
+from ffjobs.registry import commands
 from ffjobs.registry.review import (
     APPROVE,
     REJECT,
@@ -82,3 +86,28 @@ def test_earlier_decision_is_none_while_pending_and_the_decision_after(registry)
         "reviewed_at": "2026-01-01T00:00:00+00:00",
         "review_reason": "too soft",
     }
+
+
+@pytest.mark.parametrize("decision", [APPROVE, REJECT])
+def test_the_cli_and_the_review_task_record_the_same_tags(decision, monkeypatch, capsys):
+    from ffjobs.airflow.review import conclude_review
+
+    by_cli, by_task = FakeRegistry(), FakeRegistry()
+    for registry in (by_cli, by_task):
+        registry.register(NAME)
+    monkeypatch.setattr(commands, "_client", lambda args: by_cli)
+    argv = ["registry", decision, NAME, "1", "--reason", "checked it", "--reviewer", "ana"]
+    assert main([*argv, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    at = by_cli.versions[NAME]["1"]["reviewed_at"]
+    answer = {
+        "chosen_options": ["Approve" if decision == APPROVE else "Reject"],
+        "params_input": {"reason": "checked it"},
+        "responded_at": at,
+        "responded_by_user": {"id": "ana", "name": "ana"},
+    }
+    result = conclude_review(by_task, NAME, "1", answer, timeout_h=1)
+
+    assert by_task.versions == by_cli.versions
+    assert by_task.aliases == by_cli.aliases
+    assert {k: result[k] for k in printed} == printed
