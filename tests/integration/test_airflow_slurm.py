@@ -24,10 +24,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from airflow_stack import RUNS, AirflowStack, wait_for_end, write_evaluation_encoder
+from airflow_stack import (
+    DAG_RUN_TIMEOUT_S,
+    RUNS,
+    AirflowStack,
+    wait_for_end,
+    write_evaluation_encoder,
+)
 from slurm_dag import (
     DAG_ID,
-    RUN_TIMEOUT_S,
     STEPS,
     TINY,
     attempts,
@@ -197,7 +202,7 @@ def test_killed_rank_and_restarted_triggerer_one_try_two_jobs_bitwise(
     assert sacct("-j", first_job, "-o", "State") == ["RUNNING"]
 
     (stack.workdir / release).touch()
-    assert wait_for_end(stack, run_id, RUN_TIMEOUT_S) == "success"
+    assert wait_for_end(stack, run_id, DAG_RUN_TIMEOUT_S) == "success"
     train = task_instance(stack, run_id, "train")
     assert train["try_number"] == 1  # one Airflow try: the retry was the operator's own
     record = run_record(stack, run_id)
@@ -222,7 +227,7 @@ def test_worker_killed_right_after_sbatch_the_next_try_reattaches(slurm_airflow)
     armed = stack.home.parent / ARMED
     armed.touch()
     run_id = trigger(stack)
-    assert wait_for_end(stack, run_id, RUN_TIMEOUT_S) == "success"
+    assert wait_for_end(stack, run_id, DAG_RUN_TIMEOUT_S) == "success"
     assert not armed.exists() and armed.with_name(f"{ARMED}.fired").exists()  # it did fire
     train = task_instance(stack, run_id, "train")
     assert train["try_number"] == 2  # the killed try, then the one that re-attached
@@ -239,7 +244,7 @@ def test_fatal_failures_are_not_retried_and_the_budget_is_spent_once(slurm_airfl
     every = trigger(stack, extra=("train.faults.raise_in_collective_at_step=3",
                                   "train.faults.every_time=true", "slurm.max_attempts=2"))  # fmt: skip
     for run_id, jobs in ((fatal, 1), (every, 2)):
-        assert wait_for_end(stack, run_id, RUN_TIMEOUT_S) == "failed"
+        assert wait_for_end(stack, run_id, DAG_RUN_TIMEOUT_S) == "failed"
         train = task_instance(stack, run_id, "train")
         # failed for good on its first try although the task has a retry left
         assert (train["state"], train["try_number"]) == ("failed", 1), train
