@@ -35,7 +35,7 @@ def run_summary(run_dir: Path, *, checkpoints: bool = True) -> dict[str, Any]:
     """A run's record, plus its latest verified checkpoint and its MLflow link. ``status`` is
     the run's as it is (``abandoned``: recorded as running, its owner gone), ``state`` the same
     in words, with what it was told by."""
-    from ffjobs.tracking.mlflow_logger import run_link
+    from ffjobs.tracking.ui_links import run_link
 
     record, config = load_record(run_dir)
     status, state = run_state(record)

@@ -1,6 +1,7 @@
-"""Extra links from the training task to where a person looks next: the run's MLflow run and
-the SLURM attempt's logs. Each link's address is kept in the task's XCom (under the link's
-``xcom_key``) when the task knows it, and read back by the UI; a link without one is empty."""
+"""Extra links from the tasks to where a person looks next: the run's MLflow run, the SLURM
+attempt's logs and the registered model version. Each link's address is kept in the task's XCom
+(under the link's ``xcom_key``) when the task knows it, and read back by the UI; a link without
+one is empty. Only web addresses are kept: a store without a UI (``sqlite:``) has no page."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ class _KeptLink(BaseOperatorLink):
         return str(value) if value else ""
 
     def keep(self, context: Mapping[str, Any], address: str | None) -> None:
-        if address:
+        if address and address.startswith(("http://", "https://", "file://")):
             context["ti"].xcom_push(key=self.xcom_key, value=address)
 
 
@@ -33,3 +34,9 @@ class AttemptLogsLink(_KeptLink):
     """The folder of the SLURM attempt being watched: each rank's log and failure report."""
 
     name = "SLURM attempt logs"
+
+
+class ModelVersionLink(_KeptLink):
+    """The model version the register task made: its card, its run, its review state."""
+
+    name = "MLflow model version"

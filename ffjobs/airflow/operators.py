@@ -139,7 +139,7 @@ class SlurmStageOperator(BaseOperator):
         store = context["task_state_store"]
         if store.get("started_at") is None:
             store.set("started_at", time.time(), retention=NEVER_EXPIRE)
-        from ffjobs.tracking.mlflow_logger import run_link
+        from ffjobs.tracking.ui_links import run_link
 
         MlflowRunLink().keep(context, run_link(run.config.tracking, run.mlflow_run_id))
 

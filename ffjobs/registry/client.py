@@ -68,14 +68,6 @@ def version_by_alias(client: Any, name: str, alias: str) -> Any | None:
     return None if version is None else client.get_model_version(name, str(version))
 
 
-def version_link(tracking: TrackingConfig, name: str, version: str | int) -> str:
-    """Where a reviewer finds the version: its UI page for a server, else the store."""
-    uri = tracking.tracking_uri.rstrip("/")
-    if uri.startswith(("http://", "https://")):
-        return f"{uri}/#/models/{name}/versions/{version}"
-    return f"{uri} (model {name} version {version})"
-
-
 @contextlib.contextmanager
 def fluent_tracking(tracking_uri: str, experiment_id: str | None = None) -> Iterator[None]:
     """MLflow's process-global tracking URI (and experiment) set for one call, then restored:

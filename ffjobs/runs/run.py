@@ -46,11 +46,11 @@ from ffjobs.tracking.mlflow_logger import (
     end_run,
     environment_tags,
     reopen_run,
-    run_link,
     start_run,
     tracking_dir,
 )
 from ffjobs.tracking.redact import redact_text, remember_config_secrets
+from ffjobs.tracking.ui_links import run_link
 
 RUN_FILE = "run.json"
 CONFIG_FILE = "config.json"
@@ -63,8 +63,9 @@ class StageOutcome:
 
     name: str
     status: str
-    """``passed``, ``failed``, ``skipped`` (ran, but had nothing to do: said in ``summary``) or
-    ``submitted`` (handed to SLURM without waiting for it)."""
+    """``passed``, ``failed``, ``skipped`` (ran, but had nothing to do: said in ``summary``),
+    ``blocked`` (ran, and its check decided against the model: the evaluation gate; a decision,
+    not a fault) or ``submitted`` (handed to SLURM without waiting for it)."""
     seconds: float
     summary: str
     exit_code: int = ExitCode.OK

@@ -43,7 +43,6 @@ __all__ = [
     "flatten",
     "mlflow_client",
     "reopen_run",
-    "run_link",
     "start_run",
     "tracking_dir",
 ]
@@ -182,21 +181,6 @@ def end_run(tracking: TrackingConfig, run_id: str | None, status: str = "FINISHE
         mlflow_client(tracking).set_terminated(run_id, status=status)
     except Exception as exc:
         _warn(f"ending MLflow run {run_id} at {tracking.tracking_uri} failed: {exc}")
-
-
-def run_link(tracking: TrackingConfig, run_id: str | None) -> str | None:
-    """Where a person finds the run: the UI page for a server, else the store and id; a
-    password in the tracking URI is redacted (a browser asks for it)."""
-    if run_id is None or not tracking.enabled:
-        return None
-    uri = redact_text(tracking.tracking_uri.rstrip("/"))
-    if uri.startswith(("http://", "https://")):
-        try:
-            experiment_id = mlflow_client(tracking).get_run(run_id).info.experiment_id
-            return f"{uri}/#/experiments/{experiment_id}/runs/{run_id}"
-        except Exception:
-            return f"{uri} (run {run_id})"
-    return f"{uri} (run {run_id})"
 
 
 class RunLogger:
