@@ -8,10 +8,13 @@ refuses is answered 400 by the api-server (the ffjobs plugin) naming the field, 
 is made; the first task checks the same again. One DAG run is one run: a run key, a run directory (``runs/<run key>`` under the worker's working directory),
 its own checkpoint folder and one MLflow run; ``resume`` continues an earlier run instead. Each
 task's XCom carries the run key and the stage's small facts (report paths, verdict, checkpoint,
-evaluation metrics and gate, registered version). A model the evaluation gate blocks fails the
-DAG run; one it passes is registered with the alias ``challenger`` for review: the review task
-asks for Approve or Reject with a reason (the UI's Required actions) and records the answer on
-the version as ``ffjobs registry approve|reject`` does (``ffjobs.airflow.review``).
+evaluation verdict, metrics and gate, registered version). A model the evaluation gate blocks
+is a decision, not a crash: evaluate succeeds with the verdict, register is skipped with the
+reason, and the DAG run succeeds with a note saying so; a model the gate passes is registered
+with the alias ``challenger`` for review: the review task asks for Approve or Reject with a
+reason (the UI's Required actions) and records the answer on the version as ``ffjobs registry
+approve|reject`` does (``ffjobs.airflow.review``). The evaluate and register tasks link to the
+MLflow run and the model version.
 
 The deployment's ``configs/schedule.yaml`` (``ffjobs.airflow.schedule``) may also schedule it:
 a cron expression and/or the dataset's Asset, and the preset those runs use. Such a run whose
@@ -32,6 +35,7 @@ from ffjobs.airflow.form import pipeline_params
 from ffjobs.airflow.operators import PreflightOperator, TrainOperator
 from ffjobs.airflow.review import ReviewOperator
 from ffjobs.airflow.schedule import dag_schedule, load_schedule
+from ffjobs.airflow.worker_stages import EvaluateOperator, RegisterOperator
 
 SCHEDULE = load_schedule()  # configs/schedule.yaml of the folder Airflow starts in
 
@@ -53,15 +57,6 @@ def ffjobs_pipeline() -> None:
     def compare_inputs(state: dict[str, Any], params: dict[str, Any] | None = None):
         return tasks.compare_inputs(state, params or {})
 
-    # at least one success: a skipped preflight (unchanged inputs) skips it too
-    @task(task_id="evaluate", multiple_outputs=True, trigger_rule="none_failed_min_one_success")
-    def evaluate(state: dict[str, Any]) -> dict[str, Any]:
-        return tasks.evaluate(state)
-
-    @task(task_id="register", multiple_outputs=True, retries=1)
-    def register(state: dict[str, Any]) -> dict[str, Any]:
-        return tasks.register(state)
-
     # on the worker for the local profile; on SLURM deferred while its short job runs
     preflight = PreflightOperator(
         task_id="preflight", state=compare_inputs(validate()), multiple_outputs=True
@@ -69,7 +64,13 @@ def ffjobs_pipeline() -> None:
     checked = preflight.output
     # evaluate reads the run from the preflight's XCom, so a skipped train (a resumed run with
     # nothing left to train) still evaluates and registers the run's model
-    evaluated = evaluate(checked)
+    # at least one success: a skipped preflight (unchanged inputs) skips it too
+    evaluated = EvaluateOperator(
+        task_id="evaluate",
+        state=checked,
+        multiple_outputs=True,
+        trigger_rule="none_failed_min_one_success",
+    )
     # on the worker for the local profile; on SLURM deferred, holding no worker while the job
     # runs (a retry re-attaches to the run's job and continues its attempt budget); a retryable
     # failure of local ranks is retried from the run's newest verified checkpoint
@@ -81,8 +82,11 @@ def ffjobs_pipeline() -> None:
         retry_delay=timedelta(seconds=10),
     )
     train >> evaluated
+    register = RegisterOperator(
+        task_id="register", state=evaluated.output, multiple_outputs=True, retries=1
+    )
     # a person approves or rejects the registered version; skipped when nothing was registered
-    ReviewOperator(task_id="review", state=register(evaluated))
+    ReviewOperator(task_id="review", state=register.output)
 
 
 ffjobs_pipeline()

@@ -29,12 +29,16 @@ from ffjobs.tracking.redact import redact_text
 
 
 def run_pipeline(config: Config, run: Run, stages: Sequence[str] = tuple(STAGES)) -> Run:
-    """Run ``stages`` in order into ``run``; stop at the first one that fails; end the run."""
+    """Run ``stages`` in order into ``run``; stop at the first one that fails or is blocked (the
+    evaluation gate decided against the model: the run still finishes); end the run."""
     status = "FINISHED"
     try:
         for name in stages:
-            if run_stage(config, run, name).status == "failed":
+            outcome = run_stage(config, run, name)
+            if outcome.status == "failed":
                 status = "FAILED"
+                break
+            if outcome.status == "blocked":
                 break
     except BaseException:
         status = "FAILED"
@@ -46,7 +50,7 @@ def run_pipeline(config: Config, run: Run, stages: Sequence[str] = tuple(STAGES)
 
 def summary_dict(run: Run) -> dict[str, Any]:
     """What ``ffjobs run --json`` prints: the outcome of this pass, and where things are."""
-    failed = [o for o in run.outcomes if o.status == "failed"]
+    failed = [o for o in run.outcomes if o.status in ("failed", "blocked")]
     return {
         "run_key": run.key,
         "passed": not failed,
@@ -116,7 +120,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     else:
-        verdict = "passed" if summary["passed"] else "FAILED"
+        blocked = any(o.status == "blocked" for o in run.outcomes)
+        verdict = (
+            "passed"
+            if summary["passed"]
+            else "blocked by the evaluation gate"
+            if blocked
+            else "FAILED"
+        )
         where = f"; MLflow {summary['mlflow']}" if summary["mlflow"] else ""
         print(f"pipeline {verdict}: run {run.key}, outputs in {run.dir}{where}")
         registered = next((o for o in run.outcomes if o.name == "register" and o.facts), None)

@@ -1,5 +1,6 @@
 """The ffjobs Airflow plugin: the api-server refuses a bad ``ffjobs_pipeline`` conf before a DAG
-run exists.
+run exists, and the scheduler writes each ended DAG run's note from what its tasks said
+(:mod:`ffjobs.airflow.run_note`).
 
 Airflow checks each Param's JSON schema at trigger time but admits conf keys no Param declares,
 and a schema cannot say "a file inside configs/" or "a value the typed config accepts". So a root
@@ -20,6 +21,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
+from ffjobs.airflow.run_note import DagRunNoteListener
 from ffjobs.config import ConfigError
 
 Scope = MutableMapping[str, Any]
@@ -139,9 +141,10 @@ async def _answer(send: Send, status: int, detail: str) -> None:
 
 
 class FfjobsPlugin(AirflowPlugin):
-    """Registers :class:`TriggerConfCheck` with the api-server."""
+    """Registers :class:`TriggerConfCheck` with the api-server and the DAG run note listener."""
 
     name = "ffjobs"
+    listeners = [DagRunNoteListener()]  # noqa: RUF012 - Airflow reads this class attribute
     fastapi_root_middlewares = [  # noqa: RUF012 - Airflow reads this class attribute
         {"name": "ffjobs trigger conf check", "middleware": TriggerConfCheck}
     ]

@@ -7,11 +7,18 @@ and the stage's small facts (never the config: it is in the run directory). The 
 (register) ends the MLflow run. So one DAG run is one run, exactly as with ``ffjobs run``.
 
 A stage that says no (validation policy, preflight FAIL) and a config mistake fail the task
-for good (``AirflowFailException``): retrying cannot change the answer; so does a model the
-evaluation gate blocks. A retryable training failure, or an unexpected error, is raised as is
+for good (``AirflowFailException``): retrying cannot change the answer. A model the evaluation
+gate blocks is a decision, not a crash: the evaluate task succeeds with
+``evaluation_verdict: blocked`` and the gate's checks in its XCom, and the register task is
+skipped with the reason. A retryable training failure, or an unexpected error, is raised as is
 so Airflow's retries apply; the run is ended as FAILED only when no retry is left. A stage with
-nothing to do (a resumed run already trained, a version already registered) is skipped
-(``AirflowSkipException``), never reported as a fresh success; the tasks after it still run.
+nothing to do (a resumed run already trained, a version already registered, a blocked model) is
+skipped (``AirflowSkipException``), never reported as a fresh success; the tasks after it still
+run.
+
+What a person should read first about the DAG run (a blocked gate, the registered version, the
+failure that stopped it) each task hands to :func:`note`; the ffjobs plugin writes those lines
+as the DAG run's note when it ends.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 from airflow.sdk import get_current_context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from ffjobs.airflow.run_note import NOTE_KEY
 from ffjobs.airflow.trigger_conf import check_trigger_conf
 from ffjobs.config import Config, load_config
 from ffjobs.errors import ExitCode, UserError
@@ -46,11 +54,21 @@ STAGE_FACTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "validate": ("validation_", ("fingerprint", "report")),
     "preflight": ("preflight_", ("verdict", "report")),
     "train": ("", ("checkpoint", "final_step")),
-    "evaluate": ("evaluation_", ("report", "metrics", "gate")),
+    "evaluate": ("evaluation_", ("verdict", "report", "metrics", "gate")),
     "register": ("registered_", ("name", "version", "model_uri")),
 }
 """The facts each task puts in XCom, with its prefix (``validation_fingerprint``, ...,
 ``checkpoint``, ``evaluation_metrics``, ``registered_version``)."""
+
+
+def note(line: str) -> None:
+    """Hand ``line`` (redacted) to the DAG run's note: the ffjobs plugin writes every task's
+    line there, in the order they came, when the DAG run ends. Outside a task: nothing."""
+    try:
+        ti = get_current_context()["ti"]
+    except Exception:  # a direct call, not a task
+        return
+    ti.xcom_push(key=NOTE_KEY, value=redact_text(line))
 
 
 def config_from_params(params: Mapping[str, Any]) -> Config:
@@ -151,7 +169,8 @@ def train(state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def evaluate(state: Mapping[str, Any]) -> dict[str, Any]:
-    """Evaluate the run's model on held-out identities; a blocking gate fails the DAG run."""
+    """Evaluate the run's model on held-out identities; a blocked gate is this task's verdict
+    (it succeeds; register is skipped)."""
     return _run(attach(state), "evaluate", last=False)
 
 
@@ -192,6 +211,7 @@ def stage_errors(run: Run, stage: str) -> Iterator[None]:
         yield
     except UserError as exc:
         finish_run(run, "FAILED", end_tracking=True)
+        note(f"{stage}: {exc}")
         raise AirflowFailException(redact_text(f"{stage}: {exc}")) from None
     except BaseException:
         if not _retries_left():
@@ -207,10 +227,15 @@ def conclude(run: Run, outcome: StageOutcome, *, last: bool = False) -> dict[str
         if outcome.exit_code == ExitCode.RETRYABLE and _retries_left():
             raise AirflowException(redact_text(f"{stage} failed (retryable): {outcome.summary}"))
         finish_run(run, "FAILED", end_tracking=True)
+        note(f"{stage} failed: {outcome.summary}")
         raise AirflowFailException(redact_text(f"{stage} failed: {outcome.summary}"))
     if last:
         finish_run(run, "FINISHED", end_tracking=True)
-    if outcome.status == "skipped":  # nothing to train, a version already registered
+    if outcome.status == "blocked":  # a decision: the task succeeds and says so
+        note(f"A decision, not a fault: not registered ({outcome.summary})")
+    elif stage == "register" and outcome.status == "passed":
+        note(outcome.summary)
+    if outcome.status == "skipped":  # nothing to train, a version already registered, blocked
         raise AirflowSkipException(redact_text(outcome.summary))
     return _state(run, stage)
 

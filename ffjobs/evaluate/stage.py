@@ -17,10 +17,12 @@ SAMPLES = "samples.png"
 
 def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) -> StageOutcome:
     """Evaluate the run's latest verified checkpoint (or the registered model ``model_uri``)
-    into ``<run>/evaluate/`` (``evaluation.json``, ``samples.png``); fails when the gate blocks.
+    into ``<run>/evaluate/`` (``evaluation.json``, ``samples.png``); ``blocked`` (exit code 1)
+    when the gate blocks it: a decision, which the register stage reads and skips on.
 
     Facts (the register stage reads them): ``report``, ``samples``, ``step``, ``metrics``,
-    ``skipped``, ``eval_set``, ``encoder``, ``champion`` (``None`` without one) and ``gate``.
+    ``skipped``, ``eval_set``, ``encoder``, ``champion`` (``None`` without one), ``gate`` and
+    ``verdict`` (``passed`` or ``blocked``).
     """
     import torch
 
@@ -85,6 +87,7 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
             },
         },
         "gate": decision.to_dict(),
+        "verdict": "passed" if decision.passed else "blocked",
     }
     Path(facts["report"]).write_text(json.dumps(facts, indent=2) + "\n")
 
@@ -99,7 +102,7 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     outcome = dict(artifacts=[facts["report"], facts["samples"]], metrics=metrics, facts=facts)
     if not decision.passed:
         summary = f"gate blocked {evaluated}: " + "; ".join(decision.failures)
-        return StageOutcome("evaluate", "failed", 0.0, summary, ExitCode.FAILED, **outcome)
+        return StageOutcome("evaluate", "blocked", 0.0, summary, ExitCode.FAILED, **outcome)
     summary = f"{evaluated}: {measured} on {evalset.identities} held-out identities; gate passed ({against})"
     return StageOutcome("evaluate", "passed", 0.0, summary, **outcome)
 

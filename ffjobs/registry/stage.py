@@ -17,7 +17,8 @@ def register_stage(config: Config, run: Run) -> StageOutcome:
     MLflow run, register it as a new version of ``registry.model_name`` with the model card as
     description, review tags and the alias ``challenger``.
 
-    Refuses a run without evaluation results or whose gate blocked it. A run whose model at
+    Refuses a run without evaluation results. A run whose gate blocked its model is ``skipped``
+    with the gate's failed checks as the reason (a decision, not a fault). A run whose model at
     this step is registered already (a retried task, a resumed run) is ``skipped``, naming
     that version and whether the alias is on it, read back from the registry; a version a lost
     connection left without its alias is finished (``passed``). Facts: ``name``, ``version``,
@@ -25,7 +26,12 @@ def register_stage(config: Config, run: Run) -> StageOutcome:
     """
     from ffjobs.train.swap import face_swap_from_checkpoint
 
-    evaluation = _passed_evaluation(run)
+    evaluation = _evaluation(run)
+    gate = evaluation.get("gate") or {}
+    if not gate.get("passed"):
+        reasons = "; ".join(gate.get("failures") or gate.get("reasons") or ["no gate decision"])
+        summary = f"not registered: the evaluation gate blocked this model ({reasons})"
+        return StageOutcome(STAGE, "skipped", 0.0, summary, facts={"blocked": reasons})
     if not config.tracking.enabled:
         return StageOutcome(STAGE, "skipped", 0.0, "tracking.enabled is false: no registry")
     if run.mlflow_run_id is None:
@@ -58,7 +64,7 @@ def register_stage(config: Config, run: Run) -> StageOutcome:
         )
 
 
-def _passed_evaluation(run: Run) -> dict[str, Any]:
+def _evaluation(run: Run) -> dict[str, Any]:
     evaluation = run.facts("evaluate")
     if not evaluation:
         raise UserError(
@@ -66,21 +72,18 @@ def _passed_evaluation(run: Run) -> dict[str, Any]:
             f"the evaluate stage measured; run it first: "
             f"ffjobs run --resume {run.key} --stages evaluate,register"
         )
-    gate = evaluation.get("gate") or {}
-    if not gate.get("passed"):
-        reasons = "; ".join(gate.get("reasons") or ["no gate decision recorded"])
-        raise UserError(f"run {run.key}: the evaluation gate blocked this model ({reasons})")
     return evaluation
 
 
 def _register(config: Config, run: Run, model: Any, step: int) -> StageOutcome:
-    from ffjobs.registry.client import PENDING, STATUS_TAG, version_link
+    from ffjobs.registry.client import PENDING, STATUS_TAG
     from ffjobs.registry.inputs import run_inputs
     from ffjobs.registry.model_card import KEY_METRICS, model_card
-    from ffjobs.registry.provenance import airflow_dag_run, code_commit
     from ffjobs.registry.publish import log_face_swap, register_version
     from ffjobs.tracking.mlflow_logger import mlflow_client
+    from ffjobs.tracking.provenance import airflow_dag_run, code_commit
     from ffjobs.tracking.redact import redact_text
+    from ffjobs.tracking.ui_links import is_link, model_version_link
 
     name = config.registry.model_name
     client = mlflow_client(config.tracking)
@@ -94,7 +97,9 @@ def _register(config: Config, run: Run, model: Any, step: int) -> StageOutcome:
         step=step,
         links={
             "mlflow_run": run_link,
-            "airflow": f"{airflow['dag_id']} / {airflow['run_id']}" if airflow else None,
+            "airflow": (airflow.get("url") or f"{airflow['dag_id']} / {airflow['run_id']}")
+            if airflow
+            else None,
             "git_commit": commit,
         },
     )
@@ -121,7 +126,7 @@ def _register(config: Config, run: Run, model: Any, step: int) -> StageOutcome:
         run.mlflow_run_id,
         description=card,
         tags=tags,
-        run_link=run_link if run_link and run_link.startswith("http") else None,
+        run_link=run_link if is_link(run_link) else None,
     )
     facts = _facts(config, name, version.version)
     return StageOutcome(
@@ -129,7 +134,7 @@ def _register(config: Config, run: Run, model: Any, step: int) -> StageOutcome:
         "passed",
         0.0,
         f"{name} version {version.version} is the challenger, pending review: "
-        f"{version_link(config.tracking, name, version.version)}",
+        f"{model_version_link(config.tracking, name, version.version)}",
         artifacts=[str(card_file)],
         facts={**facts, "step": step, "model_id": info.model_id},
     )
@@ -181,13 +186,13 @@ def _registered_already(client: Any, name: str, run_id: str, step: int) -> Any |
 
 
 def _facts(config: Config, name: str, version: str) -> dict[str, Any]:
-    from ffjobs.registry.client import version_link
+    from ffjobs.tracking.ui_links import model_version_link
 
     return {
         "name": name,
         "version": str(version),
         "model_uri": f"models:/{name}/{version}",
-        "link": version_link(config.tracking, name, version),
+        "link": model_version_link(config.tracking, name, version),
     }
 
 

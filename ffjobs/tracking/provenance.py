@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 UNKNOWN = "unknown"
 
@@ -34,11 +36,22 @@ def _git(where: Path, *args: str) -> subprocess.CompletedProcess | None:
 
 
 def airflow_dag_run(record: dict[str, Any]) -> dict[str, str]:
-    """``{"dag_id", "run_id"}`` of the Airflow DAG run behind the run, or ``{}``: this task's
-    (Airflow's ``AIRFLOW_CTX_*`` variables), else the one the run was created in."""
+    """``{"dag_id", "run_id", "url"}`` of the Airflow DAG run behind the run, or ``{}``: this
+    task's (Airflow's ``AIRFLOW_CTX_*`` variables), else the one the run was created in.
+    ``url``: its page in the Airflow UI, when the UI's address (``[api] base_url``) is known."""
     from ffjobs.tracking.mlflow_logger import environment_tags
 
     tags = {**(record.get("tags") or {}), **environment_tags()}
     if not tags.get("airflow.run_id"):
         return {}
-    return {"dag_id": tags.get("airflow.dag_id", UNKNOWN), "run_id": tags["airflow.run_id"]}
+    found = {"dag_id": tags.get("airflow.dag_id", UNKNOWN), "run_id": tags["airflow.run_id"]}
+    base = airflow_base_url()
+    if base:
+        found["url"] = f"{base}/dags/{quote(found['dag_id'])}/runs/{quote(found['run_id'])}"
+    return found
+
+
+def airflow_base_url() -> str | None:
+    """The Airflow UI's address (``AIRFLOW__API__BASE_URL``, set where Airflow runs), or None."""
+    base = os.environ.get("AIRFLOW__API__BASE_URL", "").rstrip("/")
+    return base if base.startswith(("http://", "https://")) else None
