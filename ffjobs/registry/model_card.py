@@ -1,15 +1,19 @@
 """The model card: a registered version's description, what a reviewer reads before approving.
 
 Markdown, built only from what the run recorded (``run.json``: each stage's outcome and facts,
-and the resolved config), so the card says what happened, not what was intended.
+and the resolved config), so the card says what happened, not what was intended. Its review
+state line is kept current by :func:`refresh_model_card` when a review decides on the version or
+an alias leaves it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ffjobs.runs.run import Run
+from ffjobs.tracking.ui_links import is_link
 
 DESCRIPTION_LIMIT = 5000
 """MLflow's SQL stores keep a version's description in a 5000-character column."""
@@ -27,8 +31,7 @@ def model_card(run: Run, *, step: int, links: Mapping[str, str | None]) -> str:
     lines = [
         f"# Face-swap model of run `{run.key}`",
         "",
-        "Review state: **pending review** (alias `challenger`). Check the lines below, try it "
-        "with `ffjobs swap`, then `ffjobs registry approve` or `reject` it with a reason.",
+        review_state_line({}, ["challenger"]),
         "",
         *_data(run),
         "",
@@ -93,14 +96,92 @@ def _training(run: Run, step: int) -> list[str]:
     ]
 
 
+REVIEW_STATE = "Review state: "
+"""How the card's review state line starts (the line :func:`refresh_model_card` rewrites)."""
+
+
+def review_state_line(tags: Mapping[str, str], aliases: Iterable[str]) -> str:
+    """The card's review state line for a version with these tags and aliases."""
+    from ffjobs.registry.client import APPROVED, PENDING, REJECTED, STATUS_TAG
+
+    status = tags.get(STATUS_TAG, PENDING)
+    held = ", ".join(f"`{alias}`" for alias in sorted(aliases))
+    alias_text = f"alias {held}" if held else "no alias"
+    by = (
+        f" by {tags['reviewed_by']} on {tags.get('reviewed_at', '?')}"
+        if tags.get("reviewed_by")
+        else ""
+    )
+    why = f": {tags['review_reason']}" if tags.get("review_reason") else ""
+    if status == APPROVED:
+        replaced = (
+            f"; replaced by version {tags['replaced_by']} on {tags.get('replaced_at', '?')}"
+            if tags.get("replaced_by")
+            else ""
+        )
+        return f"{REVIEW_STATE}**approved**{by} ({alias_text}{replaced}){why}"
+    if status == REJECTED:
+        return f"{REVIEW_STATE}**rejected**{by} ({alias_text}){why}"
+    if "challenger" not in aliases:
+        return (
+            f"{REVIEW_STATE}**pending review**, no longer the challenger ({alias_text}: a newer "
+            "version took the alias)."
+        )
+    return (
+        f"{REVIEW_STATE}**pending review** ({alias_text}). Check the lines below, try it with "
+        "`ffjobs swap`, then `ffjobs registry approve` or `reject` it with a reason."
+    )
+
+
+def refresh_model_card(client: Any, name: str, versions: Iterable[str | int]) -> None:
+    """Rewrite the review state line of each version's card from its tags and aliases now
+    (after a review decision, or when an alias moved away from it); the rest stays as made."""
+    from ffjobs.tracking.redact import redact_text
+
+    aliases: dict[str, list[str]] = {}
+    for alias, number in (client.get_registered_model(name).aliases or {}).items():
+        aliases.setdefault(str(number), []).append(alias)
+    for number in dict.fromkeys(str(v) for v in versions):
+        version = client.get_model_version(name, number)
+        card = version.description or ""
+        line = review_state_line(dict(version.tags or {}), aliases.get(number, []))
+        lines = card.split("\n")
+        at = next((i for i, text in enumerate(lines) if text.startswith(REVIEW_STATE)), None)
+        if at is None:  # a card made by hand, without the line: left alone
+            continue
+        lines[at] = line
+        fresh = "\n".join(lines)
+        if fresh != card:
+            client.update_model_version(name, number, description=redact_text(fresh))
+
+
 def _number(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, int | float) else str(value)
+    """Three significant digits: what a reviewer compares, not the float's noise."""
+    return f"{value:.3g}" if isinstance(value, int | float) else str(value)
 
 
 def _delta(metric: str, value: float) -> str:
     better = value < 0 if metric in LOWER_IS_BETTER else value > 0
     mark = "better" if better else ("same" if value == 0 else "worse")
-    return f"{value:+.4g} ({mark})"
+    return f"{value:+.3g} ({mark})"
+
+
+def _with_interval(value: float, interval: Any) -> str:
+    if isinstance(interval, list | tuple) and len(interval) == 2:
+        low, high = interval
+        return f"{_number(value)} [{_number(low)}, {_number(high)}]"
+    return _number(value)
+
+
+def _skipped_line(skipped: Mapping[str, str]) -> list[str]:
+    """The metrics not measured, on one line: each with the setting that would measure it."""
+    if not skipped:
+        return []
+    named = []
+    for metric, reason in skipped.items():
+        setting = re.search(r"evaluate\.\w+", str(reason))
+        named.append(f"{metric} (set `{setting.group()}`)" if setting else metric)
+    return [f"- Not measured: {', '.join(named)}"]
 
 
 def evaluation_lines(evaluation: Mapping[str, Any]) -> list[str]:
@@ -109,14 +190,19 @@ def evaluation_lines(evaluation: Mapping[str, Any]) -> list[str]:
     champion = evaluation.get("champion") or None
     eval_set = evaluation.get("eval_set") or {}
     scope = ", ".join(f"{n} {what}" for what, n in eval_set.items())
+    intervals = evaluation.get("intervals") or {}
+    level = evaluation.get("interval_level")
+    shown = f"this model [{_interval_name(level)}]" if intervals else "this model"
     lines = [
         "## Evaluation",
         f"- Checkpoint step {evaluation.get('step', '?')}"
         + (f", held-out set: {scope}" if scope else "")
         + f"; identity measured by {evaluation.get('encoder', 'unknown')}",
         f"- Champion compared: {champion['version'] if champion else 'none (no champion yet)'}",
+        *_chance_line(evaluation),
+        *_skipped_line(evaluation.get("skipped") or {}),
         "",
-        "| metric | this model | champion | change |",
+        f"| metric | {shown} | champion | change |",
         "| --- | --- | --- | --- |",
     ]
     names = [m for m in KEY_METRICS if m in metrics] + sorted(set(metrics) - set(KEY_METRICS))
@@ -126,16 +212,33 @@ def evaluation_lines(evaluation: Mapping[str, Any]) -> list[str]:
         if delta is None and theirs is not None:
             delta = metrics[name] - theirs
         lines.append(
-            f"| {name} | {_number(metrics[name])} | "
+            f"| {name} | {_with_interval(metrics[name], intervals.get(name))} | "
             f"{'-' if theirs is None else _number(theirs)} | "
             f"{'-' if delta is None else _delta(name, delta)} |"
         )
-    for name, reason in (evaluation.get("skipped") or {}).items():
-        lines.append(f"| {name} | skipped: {reason} | | |")
     gate = evaluation.get("gate") or {}
     lines += ["", f"Gate: **{'passed' if gate.get('passed') else 'blocked'}**"]
     lines += [f"- {reason}" for reason in gate.get("reasons", [])]
     return lines
+
+
+def _interval_name(level: Any) -> str:
+    if isinstance(level, int | float):
+        return f"{level * 100 if level <= 1 else level:g}% interval"
+    return "interval"
+
+
+def _chance_line(evaluation: Mapping[str, Any]) -> list[str]:
+    """What identity top-1 a guess scores: 1 / the held-out identities, when the report has
+    them."""
+    chance = evaluation.get("chance_identity_top1")
+    identities = (evaluation.get("eval_set") or {}).get("identities")
+    if chance is None and identities:
+        chance = 1.0 / int(identities)
+    if chance is None:
+        return []
+    among = f" (1 of {identities} held-out identities)" if identities else ""
+    return [f"- Chance level of identity_top1: {_number(chance)}{among}"]
 
 
 def _links(run: Run, links: Mapping[str, str | None]) -> list[str]:
@@ -143,7 +246,9 @@ def _links(run: Run, links: Mapping[str, str | None]) -> list[str]:
     named = {"mlflow_run": "MLflow run", "airflow": "Airflow DAG run", "git_commit": "Code"}
     for key, label in named.items():
         if links.get(key):
-            lines.append(f"- {label}: {links[key]}")
+            text = str(links[key])
+            # an address in <...> is a link in any Markdown view; other text stays text
+            lines.append(f"- {label}: <{text}>" if is_link(text) else f"- {label}: {text}")
     return lines
 
 

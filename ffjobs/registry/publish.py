@@ -144,13 +144,42 @@ def register_version(
             description=redact_text(description),
             model_id=model_info.model_id,
         )
+    mark_registered(client, model_info.model_id, name, str(version.version))
     complete_registration(client, name, str(version.version))
     return version
+
+
+MODEL_VERSIONS_TAG = "mlflow.modelVersions"
+"""The logged model's tag listing its registered versions (``[{"name", "version"}]``, JSON), as
+``mlflow.register_model`` sets it; the UI reads it (without it: "Not registered")."""
+
+
+def mark_registered(client: Any, model_id: str, name: str, version: str) -> None:
+    """Add ``name`` version ``version`` to the logged model's :data:`MODEL_VERSIONS_TAG` (once,
+    also when a retry comes back to it)."""
+    import json
+
+    tags = client.get_logged_model(model_id).tags or {}
+    try:
+        listed = json.loads(tags.get(MODEL_VERSIONS_TAG) or "[]")
+    except ValueError:  # not ours to repair: a fresh list
+        listed = []
+    entry = {"name": name, "version": str(version)}
+    if entry not in listed:
+        value = json.dumps([*listed, entry])
+        client.set_logged_model_tags(model_id, {MODEL_VERSIONS_TAG: value})
 
 
 def complete_registration(client: Any, name: str, version: str) -> None:
     """The steps after a version exists: the alias ``challenger`` moved to it, then the tag
     :data:`REGISTRATION_TAG` saying both are done. A version without that tag was left
-    half-made (the connection was lost between the requests); a retry calls this again."""
+    half-made (the connection was lost between the requests); a retry calls this again. The
+    card of the version that was the challenger says it no longer is."""
+    from ffjobs.registry.client import version_by_alias
+    from ffjobs.registry.model_card import refresh_model_card
+
+    before = version_by_alias(client, name, CHALLENGER)
     client.set_registered_model_alias(name, CHALLENGER, version)
     client.set_model_version_tag(name, version, REGISTRATION_TAG, COMPLETE)
+    if before is not None and str(before.version) != str(version):
+        refresh_model_card(client, name, [before.version])  # it lost the alias

@@ -1,7 +1,9 @@
 """Review decisions on registered versions: approve (to ``champion``), reject, and a listing.
 
 :func:`decide` is the one way a decision is applied, whoever makes it: ``ffjobs registry
-approve|reject`` and the pipeline's review task in Airflow record it identically.
+approve|reject`` and the pipeline's review task in Airflow record it identically. Each
+decision also rewrites the review state line of the cards it changed (the version's, and the
+replaced champion's).
 
 Every decision is appended to the version's history (tags ``review.1``, ``review.2``, ...: who,
 when, why), never overwriting an earlier one, so the registry itself is the review log; the
@@ -28,7 +30,7 @@ from ffjobs.registry.client import (
     registered_model,
     version_by_alias,
 )
-from ffjobs.registry.model_card import KEY_METRICS
+from ffjobs.registry.model_card import KEY_METRICS, refresh_model_card
 
 REVIEW_TAG_PREFIX = "review."
 """Each decision is the tag ``review.<n>`` (1, 2, ...): a JSON record appended, never rewritten."""
@@ -136,6 +138,8 @@ def approve(client: Any, name: str, version: str, review: Review, *, force: bool
     _set_tags(client, name, version, review.tags(APPROVED))
     client.set_registered_model_alias(name, CHAMPION, chosen.version)
     _drop_alias_if_here(client, name, CHALLENGER, chosen.version)
+    replaced = [previous.version] if previous is not None else []
+    refresh_model_card(client, name, [chosen.version, *replaced])
     result = _result(name, chosen.version, APPROVED, changed=True)
     return {**result, "replaced": previous.version if previous is not None else None}
 
@@ -154,6 +158,7 @@ def reject(client: Any, name: str, version: str, review: Review) -> dict:
     append_review(client, name, chosen.version, review.record(REJECTED))
     _set_tags(client, name, version, review.tags(REJECTED))
     _drop_alias_if_here(client, name, CHALLENGER, chosen.version)
+    refresh_model_card(client, name, [chosen.version])
     return _result(name, chosen.version, REJECTED, changed=True)
 
 

@@ -62,7 +62,33 @@ def test_card_has_slurm_attempts_and_champion_deltas(tmp_path):
     assert "- Champion compared: 4" in card
     assert "| identity_top1 | 0.5 | 0.4 | +0.1 (better) |" in card  # the evaluation's delta
     assert "| psnr | 14.2 | 15 | -0.8 (worse) |" in card  # computed when not given
-    assert "- MLflow run: http://mlflow/#/r" in card and "Airflow" not in card
+    assert "- MLflow run: <http://mlflow/#/r>" in card and "Airflow" not in card  # a link
+
+
+def test_card_table_is_readable_with_intervals_chance_and_skipped_on_one_line(tmp_path):
+    run = _run(tmp_path)
+    outcome = evaluate_outcome(4)
+    outcome.facts["metrics"]["psnr"] = 14.234567891234567
+    outcome.facts["skipped"] = {
+        "pose_error": "skipped: set evaluate.pose_weights to a TorchScript head pose regressor",
+        "fid": "skipped: set evaluate.fid_weights to a TorchScript feature extractor",
+    }
+    outcome.facts["intervals"] = {"psnr": [13.91234, 14.5555555]}
+    outcome.facts["interval_level"] = 0.95
+    run.record_outcome(outcome)
+    card = model_card(run, step=4, links={"mlflow_run": "sqlite:///runs/mlflow.db (run r)"})
+
+    assert "| metric | this model [95% interval] | champion | change |" in card
+    assert "| psnr | 14.2 [13.9, 14.6] | - | - |" in card  # 3 significant digits
+    assert "| ssim | 0.31 | - | - |" in card  # no interval reported: the value alone
+    assert "- Chance level of identity_top1: 0.25 (1 of 4 held-out identities)" in card
+    assert (
+        "- Not measured: pose_error (set `evaluate.pose_weights`), fid (set `evaluate.fid_weights`)"
+        in card
+    )
+    assert "skipped: skipped" not in card and "| fid" not in card
+    assert "- MLflow run: sqlite:///runs/mlflow.db (run r)" in card  # text, not a link
+    assert card.count("Review state: **pending review** (alias `challenger`).") == 1
 
 
 def test_card_fits_the_registry_column(tmp_path):

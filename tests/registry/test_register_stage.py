@@ -3,6 +3,8 @@ run, registered with the model card, the review tags and the alias ``challenger`
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ffjobs.errors import UserError
@@ -68,6 +70,8 @@ def test_registered_version_is_the_challenger_with_card_and_tags(trained, monkey
     logged = client.get_logged_model(outcome.facts["model_id"])  # what the version came from
     assert logged.source_run_id == run.mlflow_run_id
     assert logged.experiment_id == client.get_run(run.mlflow_run_id).info.experiment_id
+    # the logged model's page lists the version (MLflow's own tag; without it: "Not registered")
+    assert json.loads(logged.tags["mlflow.modelVersions"]) == [{"name": name, "version": version}]
 
     # a retried task registers nothing twice
     again = run_stage(config, run, "register")
@@ -87,5 +91,9 @@ def test_register_refuses_a_run_without_a_passed_evaluation(tmp_path):
     blocked = evaluate_outcome(4)
     blocked.facts["gate"] = {"passed": False, "reasons": ["psnr 12.0 < champion 14.0 - 0.0"]}
     run.record_outcome(blocked)
-    with pytest.raises(UserError, match=r"gate blocked this model \(psnr 12.0 < champion"):
-        register_stage(config, run)
+    # a blocked gate is a decision: the stage skips, naming the failed check, and exits 0
+    skipped = register_stage(config, run)
+    assert skipped.status == "skipped" and skipped.exit_code == 0
+    assert skipped.summary == (
+        "not registered: the evaluation gate blocked this model (psnr 12.0 < champion 14.0 - 0.0)"
+    )
