@@ -33,6 +33,8 @@ class Measurement:
     metrics: dict[str, float]
     fused: Tensor
     """The swaps' outputs, one per pair of the set (for the sample grid)."""
+    pair_identity: Tensor
+    """Each fused face's cosine to its source's real embedding (the grid's caption)."""
 
 
 @torch.no_grad()
@@ -93,7 +95,8 @@ def measure(
         )
     if extractors.fid is not None:
         results["fid"] = m.frechet_distance(images, fused, extractors.fid.cpu())
-    return Measurement(results, fused)
+    pair_identity = F.cosine_similarity(fused_embeddings, gallery[evalset.sources], dim=1)
+    return Measurement(results, fused, pair_identity)
 
 
 @torch.no_grad()

@@ -20,7 +20,8 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     into ``<run>/evaluate/`` (``evaluation.json``, ``samples.png``); ``blocked`` (exit code 1)
     when the gate blocks it: a decision, which the register stage reads and skips on.
 
-    Facts (the register stage reads them): ``report``, ``samples``, ``step``, ``metrics``,
+    Facts (the register stage reads them): ``report``, ``samples`` (with ``sample_identity``,
+    the identity score of each pair shown), ``step``, ``metrics``,
     ``skipped``, ``eval_set``, ``encoder``, ``champion`` (``None`` without one), ``gate`` and
     ``verdict`` (``passed`` or ``blocked``).
     """
@@ -31,7 +32,7 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     from ffjobs.evaluate.evalset import build_evaluation_set
     from ffjobs.evaluate.gate import decide
     from ffjobs.evaluate.measure import measure, unchanged_target_scores
-    from ffjobs.evaluate.samples import save_sample_grid
+    from ffjobs.evaluate.samples import SampleRow, identity_captions, save_sample_grid
 
     model, step, evaluated = _candidate(config, run, model_uri)
     evalset = build_evaluation_set(config, run.facts("validate").get("quarantine"))
@@ -60,14 +61,21 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
 
     out = run.stage_dir("evaluate")
     shown = slice(0, config.evaluate.samples)
-    rows = [evalset.images[evalset.sources][shown], evalset.images[evalset.targets][shown]]
-    rows.append(ours.fused[shown])
+    rows = [
+        SampleRow("source", evalset.images[evalset.sources][shown]),
+        SampleRow("target", evalset.images[evalset.targets][shown]),
+        SampleRow("fused", ours.fused[shown], identity_captions(ours.pair_identity[shown])),
+    ]
     if theirs is not None:  # the champion's swaps under ours, for the reviewer
-        rows.append(theirs.fused[shown])
+        label = f"champion v{champion.version}"
+        rows.append(
+            SampleRow(label, theirs.fused[shown], identity_captions(theirs.pair_identity[shown]))
+        )
     samples = save_sample_grid(rows, out / SAMPLES)
     facts: dict[str, Any] = {
         "report": str(out / REPORT),
         "samples": str(samples),
+        "sample_identity": [round(float(x), 4) for x in ours.pair_identity[shown]],
         "step": step,
         "model": evaluated,
         "metrics": ours.metrics,

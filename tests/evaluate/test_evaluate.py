@@ -55,8 +55,13 @@ def test_the_run_evaluated_its_checkpoint_and_the_gate_passed(trained):
     assert report["metrics"] == facts["metrics"] and report["gate"] == facts["gate"]
     from PIL import Image
 
-    with Image.open(facts["samples"]) as grid:  # 3 rows (source, target, fused) of 8 pairs
-        assert grid.size == (8 * 64 + 9 * 2, 3 * 64 + 4 * 2)
+    from ffjobs.evaluate.samples import LABEL_WIDTH, PAD
+
+    # 3 labelled rows (source, target, fused) of 8 pairs, the 64 px faces shown at 128 px
+    with Image.open(facts["samples"]) as grid:
+        assert grid.size == (LABEL_WIDTH + 8 * (128 + PAD) + PAD, PAD + 3 * (128 + 16 + PAD))
+    assert len(facts["sample_identity"]) == 8
+    assert all(-1 <= score <= 1 for score in facts["sample_identity"])  # cosines
     assert evaluation["metrics"]["eval_gate_passed"] == 1.0
 
 
