@@ -95,8 +95,9 @@ def validate(params: Mapping[str, Any]) -> dict[str, Any]:
             run = resume_run(str(params["resume"]), config, echo=log.info, latest_step=latest_step)
         else:
             # the DAG run's tags come from the AIRFLOW_CTX_* variables Airflow sets for the
-            # task (ffjobs.tracking.mlflow_logger.environment_tags, applied by create_run)
-            run = create_run(config, echo=log.info)
+            # task (ffjobs.tracking.mlflow_logger.environment_tags, applied by create_run);
+            # the MLflow run's user is the person who triggered it, not the worker's account
+            run = create_run(config, echo=log.info, tags=_triggered_by())
     except UserError as exc:
         raise AirflowFailException(redact_text(f"run: {exc}")) from None
     _mask_in_task_log()  # the run remembered its config's secrets
@@ -156,6 +157,15 @@ def compare_inputs(state: Mapping[str, Any], params: Mapping[str, Any]) -> dict[
     context["ti"].xcom_push(key="skipped_reason", value=reason)
     log.info("no training: %s", reason)  # the exception's reason is a field of its own line
     raise AirflowSkipException(reason)
+
+
+def _triggered_by() -> dict[str, str] | None:
+    """``{"mlflow.user": <who triggered the DAG run>}``, or None (a schedule, no context)."""
+    try:
+        user = getattr(get_current_context()["dag_run"], "triggering_user_name", None)
+    except Exception:  # a direct call, not a task
+        return None
+    return {"mlflow.user": str(user)} if user else None
 
 
 def preflight(state: Mapping[str, Any]) -> dict[str, Any]:

@@ -242,9 +242,13 @@ def create_run(
     }
     run = Run(key, run_dir, config, record, owner=True, echo=echo, quiet_stdout=quiet_stdout)
     run.save()
+    from ffjobs.runs.description import description_tags
+    from ffjobs.tracking.provenance import airflow_dag_run
+
     mlflow_tags = {
         "ffjobs.run_key": key,
         "ffjobs.run_dir": str(run_dir),
+        **description_tags(config, key, airflow_dag_run({}) or None),
         **environment_tags(),
         **(tags or {}),
     }

@@ -128,13 +128,27 @@ def _experiment_id(client, tracking: TrackingConfig) -> str:
         return experiment.experiment_id
     try:
         return client.create_experiment(
-            tracking.experiment, artifact_location=tracking.artifact_location
+            tracking.experiment, artifact_location=artifact_location(tracking)
         )
     except Exception:
         experiment = client.get_experiment_by_name(tracking.experiment)
         if experiment is None:
             raise
         return experiment.experiment_id
+
+
+def artifact_location(tracking: TrackingConfig) -> str | None:
+    """Where a new experiment keeps its artifacts: ``tracking.artifact_location`` if set; for a
+    sqlite store, ``mlartifacts/`` beside its database (``runs/mlartifacts`` for the local
+    profile's ``runs/mlflow.db``, not MLflow's ``./mlruns`` in whatever folder a process starts
+    in); a server's own default otherwise (None)."""
+    if tracking.artifact_location:
+        return tracking.artifact_location
+    prefix = "sqlite:///"
+    if tracking.tracking_uri.startswith(prefix):
+        database = Path(tracking.tracking_uri.removeprefix(prefix))
+        return str(database.parent.resolve() / "mlartifacts")
+    return None
 
 
 def reopen_run(tracking: TrackingConfig, run_id: str) -> bool:
