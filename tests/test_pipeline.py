@@ -171,6 +171,34 @@ def test_failed_validation_stops_before_training(tmp_path):
     assert "pipeline FAILED" in result.stdout
 
 
+@pytest.mark.timeout(2 * RUN_S + COMMAND_S)  # the run with evaluate, then register alone
+def test_a_blocked_gate_stops_the_run_and_register_says_why(tmp_path):
+    import torch
+
+    from ffjobs.config import load_config
+    from ffjobs.evaluate.encoder import evaluation_identity_settings
+    from ffjobs.models.identity import build_identity_backbone
+
+    # an untrained evaluation encoder (no identity metric is gated here): no pre-training
+    settings = evaluation_identity_settings(load_config("local"))
+    torch.save(build_identity_backbone(settings).state_dict(), tmp_path / "encoder.pt")
+    result = ffjobs_run(tmp_path, *QUICK, "--stages", "validate,train,evaluate,register",
+                        "--set", "evaluate.identity_weights=encoder.pt",
+                        "--set", "evaluate.gate.min_psnr=99")  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr[-2000:]  # a negative verdict
+    assert "[blocked] evaluate" in result.stdout and "register" not in result.stdout
+    assert "pipeline blocked by the evaluation gate" in result.stdout
+    (record,) = (tmp_path / "runs").glob("*/run.json")
+    assert json.loads(record.read_text())["status"] == "blocked"
+    key = record.parent.name
+
+    # the register stage on its own: a decision to skip, with the reason, exit 0
+    again = ffjobs(tmp_path, "run", "--resume", key, "--stages", "register", timeout=RUN_S)
+    assert again.returncode == 0, again.stdout + again.stderr[-2000:]
+    assert "[skipped] register" in again.stdout
+    assert "not registered: the evaluation gate blocked this model (psnr " in again.stdout
+
+
 def test_unknown_stage_is_a_usage_error(tmp_path):
     result = ffjobs_run(tmp_path, "--stages", "validate,deploy", timeout=COMMAND_S)
     assert result.returncode == 2

@@ -380,7 +380,8 @@ def resume_run(
 
 
 def finish_run(run: Run, status: str, *, end_tracking: bool | None = None) -> None:
-    """Record the run's end (``FINISHED`` or ``FAILED``) and end its MLflow run.
+    """Record the run's end (``FINISHED`` or ``FAILED``; the record says ``blocked`` for a
+    finished run whose latest evaluation the gate blocked) and end its MLflow run.
 
     Only the owner ends the MLflow run, unless ``end_tracking`` says otherwise: the last
     Airflow task of a DAG run ends it on behalf of the first, which created it. Before it does,
@@ -388,6 +389,8 @@ def finish_run(run: Run, status: str, *, end_tracking: bool | None = None) -> No
     ``ffjobs runs show`` or a resumed pass delivers it later).
     """
     run.record["status"] = {"FINISHED": "passed", "FAILED": "failed"}.get(status, status.lower())
+    if status == "FINISHED" and (run.outcome("evaluate") or {}).get("status") == "blocked":
+        run.record["status"] = "blocked"  # it ran to its end; its model was not let through
     run.save()
     ending = run.owner if end_tracking is None else end_tracking
     run.deliver_tracking(create=ending)

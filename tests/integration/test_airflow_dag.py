@@ -1,7 +1,8 @@
 """``dag.test()`` runs the ``ffjobs_pipeline`` DAG end to end against a real Airflow metadata
 database (SQLite, migrated once per session): five tasks, one run directory, one MLflow run
-with every stage's tag and a registered challenger; a dataset that fails validation fails the validate task and nothing
-after it runs. Each DAG run happens in a subprocess so Airflow's settings stay out of pytest.
+with every stage's tag and a registered challenger; a model the gate blocks skips register and
+the DAG run succeeds with a note; a dataset that fails validation fails the validate task and
+nothing after it runs. Each DAG run happens in a subprocess so Airflow's settings stay out of pytest.
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ DAG_TEST = textwrap.dedent(
             XComModel.dag_id == dag.dag_id, XComModel.run_id == dag_run.run_id
         )
         xcom = {f"{row.task_id}.{row.key}": row.value for row in rows}
+        note = session.get(type(dag_run), dag_run.id).note  # written by the ffjobs listener
     states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
-    print("RESULT " + json.dumps({"state": dag_run.state, "tasks": states, "xcom": xcom}))
+    result = {"state": dag_run.state, "tasks": states, "xcom": xcom, "note": note}
+    print("RESULT " + json.dumps(result))
     """
 )
 
@@ -161,11 +164,30 @@ def test_dag_runs_every_stage_into_one_mlflow_run(airflow_env, tmp_path):
     assert len(client.search_runs([experiment.experiment_id])) == 1
     first_end = run.info.end_time
 
-    # a second DAG run is a run of its own: it trains from step 0, the first run is untouched
-    again, log = dag_test(airflow_env, tmp_path, conf)
+    assert xcom["evaluate.evaluation_verdict"] == "passed"
+    assert result["note"].startswith("ffjobs-face-swap version 1 is the challenger")
+
+    # a second DAG run is a run of its own: it trains from step 0, the first run is untouched;
+    # its model the gate blocks: a decision (evaluate succeeds, register is skipped, the DAG
+    # run succeeds and its note says why), not a crash
+    blocked = {**conf, "overrides": [*TINY, "evaluate.gate.min_psnr=99"]}
+    again, log = dag_test(airflow_env, tmp_path, blocked)
     assert again["state"] == "success", log[-4000:]
+    assert again["tasks"] == {**dict.fromkeys(stages, "success"), "register": "skipped"}
     assert again["xcom"]["train.run_key"] != key
     assert "steps 0 -> 4" in log
+    assert again["xcom"]["evaluate.evaluation_verdict"] == "blocked"
+    assert not again["xcom"]["evaluate.evaluation_gate"]["passed"]
+    assert "register.registered_version" not in again["xcom"]
+    second_record = tmp_path / again["xcom"]["validate.run_dir"] / "run.json"
+    assert json.loads(second_record.read_text())["status"] == "blocked"
+    assert again["note"].startswith("A decision, not a fault: not registered (gate blocked ")
+    assert "(evaluate.gate.min_psnr)" in again["note"]
+    second = client.get_run(again["xcom"]["train.mlflow_run_id"])
+    assert second.info.status == "FINISHED"
+    assert (second.data.tags["ffjobs.evaluate"], second.data.tags["ffjobs.register"]) == (
+        "blocked", "skipped")  # fmt: skip
+    assert len(client.search_model_versions("name='ffjobs-face-swap'")) == 1
     assert client.get_run(run_id).info.end_time == first_end
     assert len(client.search_runs([experiment.experiment_id])) == 2
 

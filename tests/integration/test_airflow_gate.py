@@ -24,7 +24,8 @@ def test_a_blocked_gate_is_a_decision_with_a_note(airflow_stack, mlflow_server):
     from mlflow.tracking import MlflowClient
 
     stack = airflow_stack
-    write_evaluation_encoder(stack.workdir)
+    if not (stack.workdir / EVALUATION_ENCODER).exists():  # the session's stack: maybe there
+        write_evaluation_encoder(stack.workdir)
     (stack.workdir / "configs").mkdir(exist_ok=True)
     (stack.workdir / "configs" / "gated.yaml").write_text(
         f"extends: local\ntracking:\n  tracking_uri: {mlflow_server.uri}\n"
