@@ -31,10 +31,10 @@ class WorkerStageOperator(BaseOperator):
         try:
             return getattr(tasks, self.stage)(self.state)
         finally:
-            self._keep_links(context, run)
+            self._keep_links(context)
 
-    def _keep_links(self, context: Mapping[str, Any], run: Any) -> None:
-        """Links the stage's result names (kept even when the task ends otherwise)."""
+    def _keep_links(self, context: Mapping[str, Any]) -> None:
+        """Links the stage's recorded result names (kept also when the task is skipped)."""
 
 
 class EvaluateOperator(WorkerStageOperator):
@@ -49,5 +49,8 @@ class RegisterOperator(WorkerStageOperator):
     stage = "register"
     operator_extra_links = (MlflowRunLink(), ModelVersionLink())
 
-    def _keep_links(self, context: Mapping[str, Any], run: Any) -> None:
-        ModelVersionLink().keep(context, run.facts("register").get("link"))
+    def _keep_links(self, context: Mapping[str, Any]) -> None:
+        from ffjobs.airflow import tasks
+
+        # the run as the stage left it (the record it wrote, read again)
+        ModelVersionLink().keep(context, tasks.attach(self.state).facts("register").get("link"))
