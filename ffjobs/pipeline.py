@@ -130,7 +130,9 @@ def _run(args: argparse.Namespace) -> int:
         )
         where = f"; MLflow {summary['mlflow']}" if summary["mlflow"] else ""
         print(f"pipeline {verdict}: run {run.key}, outputs in {run.dir}{where}")
-        registered = next((o for o in run.outcomes if o.name == "register" and o.facts), None)
+        registered = next(
+            (o for o in run.outcomes if o.name == "register" and o.facts.get("version")), None
+        )
         if registered is not None:
             from ffjobs.registry.stage import review_hint
 

@@ -183,6 +183,7 @@ def test_a_blocked_gate_stops_the_run_and_register_says_why(tmp_path):
     settings = evaluation_identity_settings(load_config("local"))
     torch.save(build_identity_backbone(settings).state_dict(), tmp_path / "encoder.pt")
     result = ffjobs_run(tmp_path, *QUICK, "--stages", "validate,train,evaluate,register",
+                        "--set", "data.synth.identities=10",  # 2 held out to evaluate on
                         "--set", "evaluate.identity_weights=encoder.pt",
                         "--set", "evaluate.gate.min_psnr=99")  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr[-2000:]  # a negative verdict
