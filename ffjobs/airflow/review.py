@@ -202,9 +202,9 @@ def _utc(when: Any) -> str:
 def review_body(run: Run, name: str, version: str) -> str:
     """The review's question (Markdown): what was measured against the champion, the sample
     grid, where to look further and what each answer does."""
-    from ffjobs.registry.client import version_link
     from ffjobs.registry.model_card import evaluation_lines
     from ffjobs.runs.run import link
+    from ffjobs.tracking.ui_links import model_version_link
 
     evaluation = run.facts("evaluate")
     champion = evaluation.get("champion") or None
@@ -232,7 +232,7 @@ def review_body(run: Run, name: str, version: str) -> str:
         *samples,
         "",
         "## Links",
-        f"- This version in MLflow: {version_link(tracking, name, version)}",
+        f"- This version in MLflow: {model_version_link(tracking, name, version)}",
         *([f"- The run in MLflow: {run_link}"] if run_link else []),
         f"- Model card: the version's description; run key `{run.key}`",
         "",

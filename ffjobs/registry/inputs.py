@@ -17,7 +17,7 @@ from typing import Any
 
 from ffjobs.config import Config
 from ffjobs.registry.client import CHALLENGER, CHAMPION
-from ffjobs.registry.provenance import UNKNOWN, code_commit
+from ffjobs.tracking.provenance import UNKNOWN, code_commit
 
 COMPARED_ALIASES = (CHAMPION, CHALLENGER)
 """The versions a scheduled run compares with, in this order."""

@@ -57,8 +57,8 @@ def test_a_blocked_gate_is_a_decision_with_a_note(airflow_stack, mlflow_server):
     states = {ti["task_id"]: ti["state"] for ti in tis}
     assert (run["state"], states) == (
         "success",
-        {"validate": "success", "preflight": "success", "train": "success",
-         "evaluate": "success", "register": "skipped"},
+        {"validate": "success", "compare_inputs": "success", "preflight": "success",
+         "train": "success", "evaluate": "success", "register": "skipped", "review": "skipped"},
     ), stack.all_logs()[-6000:]  # fmt: skip
 
     # the note says what happened, written by the scheduler when the run ended

@@ -1,5 +1,5 @@
 """An in-memory MLflow model registry at the client boundary: the calls the review makes
-(aliases, version tags, lookups), with MLflow's not-found error for a missing model or version.
+(aliases, version tags, lookups, the card in the version's description), with MLflow's not-found error for a missing model or version.
 The real server runs the same paths in tests/registry/test_review.py and
 tests/integration/test_airflow_review.py."""
 
@@ -21,6 +21,7 @@ class FakeRegistry:
     def __init__(self) -> None:
         self.aliases: dict[str, dict[str, str]] = {}
         self.versions: dict[str, dict[str, dict[str, str]]] = {}
+        self.descriptions: dict[tuple[str, str], str] = {}
 
     def register(self, name: str) -> str:
         """A new version of ``name``, pending review, as the challenger (the register stage)."""
@@ -42,7 +43,14 @@ class FakeRegistry:
     def get_model_version(self, name: str, version: str):
         if str(version) not in self.versions.get(name, {}):
             raise _not_found(f"model {name} version {version}")
-        return SimpleNamespace(version=str(version), tags=dict(self.versions[name][str(version)]))
+        return SimpleNamespace(
+            version=str(version),
+            tags=dict(self.versions[name][str(version)]),
+            description=self.descriptions.get((name, str(version)), ""),
+        )
+
+    def update_model_version(self, name: str, version: str, description: str) -> None:
+        self.descriptions[(name, str(version))] = description
 
     def search_model_versions(self, filter_string: str):
         name = filter_string.split("'")[1]
