@@ -35,6 +35,11 @@ class Measurement:
     """The swaps' outputs, one per pair of the set (for the sample grid)."""
     pair_identity: Tensor
     """Each fused face's cosine to its source's real embedding (the grid's caption)."""
+    per_pair: dict[str, list[float]] = field(default_factory=dict)
+    """The per-pair values behind each mean metric (``identity_cosine``, ``psnr``, ``ssim``),
+    for their intervals."""
+    pairs: int = 0
+    """How many pairs were measured (the trials behind ``identity_top1``)."""
 
 
 @torch.no_grad()
@@ -80,13 +85,22 @@ def measure(
     gallery = embed(encoder, images, batch_size, device)
     centres, identities = m.identity_gallery(gallery, evalset.labels)
     fused_embeddings = embed(encoder, fused, batch_size, device)
+    pair_identity = F.cosine_similarity(
+        fused_embeddings.double(), gallery[evalset.sources].double(), dim=1
+    )
+    psnr, ssim = m.psnr_per_image(reconstructed, real), m.ssim_per_image(reconstructed, real)
     results = {
         "identity_top1": m.identity_top1(
             fused_embeddings, evalset.labels[evalset.sources], centres, identities
         ),
         "identity_cosine": m.identity_cosine(fused_embeddings, gallery[evalset.sources]),
-        "psnr": float(m.psnr_per_image(reconstructed, real).mean()),
-        "ssim": float(m.ssim_per_image(reconstructed, real).mean()),
+        "psnr": float(psnr.mean()),
+        "ssim": float(ssim.mean()),
+    }
+    per_pair = {
+        "identity_cosine": pair_identity.tolist(),
+        "psnr": psnr.double().tolist(),
+        "ssim": ssim.double().tolist(),
     }
     if extractors.pose is not None:
         pose = extractors.pose.to(device)
@@ -95,8 +109,7 @@ def measure(
         )
     if extractors.fid is not None:
         results["fid"] = m.frechet_distance(images, fused, extractors.fid.cpu())
-    pair_identity = F.cosine_similarity(fused_embeddings, gallery[evalset.sources], dim=1)
-    return Measurement(results, fused, pair_identity)
+    return Measurement(results, fused, pair_identity.float(), per_pair, len(evalset.sources))
 
 
 @torch.no_grad()

@@ -15,7 +15,7 @@ not a proof of quality.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 
 LEVEL = 0.95
@@ -73,7 +73,10 @@ def wilson_interval(rate: float, n: int, level: float = LEVEL) -> tuple[float, f
     denominator = 1 + z * z / n
     centre = (rate + z * z / (2 * n)) / denominator
     half = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # at 0 of n (n of n) the low (high) end is exactly 0 (1); the formula gets it to rounding
+    low = 0.0 if rate <= 0.0 else max(0.0, centre - half)
+    high = 1.0 if rate >= 1.0 else min(1.0, centre + half)
+    return low, high
 
 
 def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
@@ -89,3 +92,35 @@ def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float,
     variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
     half = NormalDist().inv_cdf(0.5 + level / 2) * math.sqrt(variance / n)
     return mean - half, mean + half
+
+
+ALPHA = 0.01
+"""The level of the test against chance an evaluation reports (one-sided, exact)."""
+
+
+def metric_intervals(
+    metrics: Mapping[str, float], per_pair: Mapping[str, Sequence[float]], pairs: int
+) -> dict[str, list[float]]:
+    """``metric -> [low, high]`` at :data:`LEVEL`: a Wilson interval for ``identity_top1`` (a
+    rate over ``pairs``), a normal one for each metric with per-pair values (a mean); none for
+    a metric measured on the whole set at once (FID)."""
+    found = {}
+    if "identity_top1" in metrics and pairs > 0:
+        found["identity_top1"] = list(wilson_interval(metrics["identity_top1"], pairs))
+    for metric, values in per_pair.items():
+        if metric in metrics and values:
+            found[metric] = list(mean_interval(values))
+    return found
+
+
+def versus_chance(rate: float, pairs: int, identities: int, alpha: float = ALPHA) -> dict:
+    """Identity retrieval against chance: the chance rate, the floor a one-sided exact test at
+    ``alpha`` needs, the p-value of ``rate``, and whether it is distinguishable from chance."""
+    floor = chance_floor(pairs, identities, alpha)
+    return {
+        "chance": 1.0 / identities,
+        "alpha": alpha,
+        "floor": floor,
+        "p_value": chance_p_value(rate, pairs, identities),
+        "distinguishable": rate >= floor,
+    }

@@ -33,6 +33,7 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     from ffjobs.evaluate.gate import decide
     from ffjobs.evaluate.measure import measure, unchanged_target_scores
     from ffjobs.evaluate.samples import SampleRow, identity_captions, save_sample_grid
+    from ffjobs.evaluate.significance import LEVEL, metric_intervals, versus_chance
 
     model, step, evaluated = _candidate(config, run, model_uri)
     evalset = build_evaluation_set(config, run.facts("validate").get("quarantine"))
@@ -59,6 +60,7 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
         champion=None if theirs is None else theirs.metrics,
     )
 
+    vs_chance = versus_chance(ours.metrics["identity_top1"], ours.pairs, evalset.identities)
     out = run.stage_dir("evaluate")
     shown = slice(0, config.evaluate.samples)
     rows = [
@@ -84,6 +86,9 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
         "encoder": describe_evaluation_encoder(config),
         "unchanged_target": unchanged,
         "chance_identity_top1": 1.0 / evalset.identities,
+        "intervals": metric_intervals(ours.metrics, ours.per_pair, ours.pairs),
+        "interval_level": LEVEL,
+        "identity_top1_vs_chance": vs_chance,
         "champion": None
         if champion is None
         else {
@@ -100,6 +105,11 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     Path(facts["report"]).write_text(json.dumps(facts, indent=2) + "\n")
 
     measured = ", ".join(f"{k} {v:.3g}" for k, v in ours.metrics.items())
+    if not vs_chance["distinguishable"]:  # said wherever the verdict is read
+        measured += (
+            f" (identity_top1 not distinguishable from chance {vs_chance['chance']:.3g}: "
+            f"{ours.pairs} pairs need {vs_chance['floor']:.3g} at the {vs_chance['alpha']:g} level)"
+        )
     against = (
         f"vs champion v{champion.version}"
         if champion is not None

@@ -238,7 +238,14 @@ def _chance_line(evaluation: Mapping[str, Any]) -> list[str]:
     if chance is None:
         return []
     among = f" (1 of {identities} held-out identities)" if identities else ""
-    return [f"- Chance level of identity_top1: {_number(chance)}{among}"]
+    lines = [f"- Chance level of identity_top1: {_number(chance)}{among}"]
+    test = evaluation.get("identity_top1_vs_chance") or {}
+    if test.get("distinguishable") is False:
+        lines.append(
+            f"- identity_top1 is **not distinguishable from chance**: above chance at the "
+            f"{test.get('alpha', 0.01):g} level needs {_number(test.get('floor', 1.0))}"
+        )
+    return lines
 
 
 def _links(run: Run, links: Mapping[str, str | None]) -> list[str]:

@@ -46,6 +46,11 @@ def test_the_run_evaluated_its_checkpoint_and_the_gate_passed(trained):
     assert facts["step"] == STEPS
     assert facts["eval_set"] == {"identities": 4, "images": 24, "pairs": 24}
     assert set(facts["metrics"]) == {"identity_top1", "identity_cosine", "psnr", "ssim"}
+    # each metric with its 95% interval around it, and retrieval tested against chance
+    assert facts["interval_level"] == 0.95 and set(facts["intervals"]) == set(facts["metrics"])
+    for metric, (low, high) in facts["intervals"].items():
+        assert low <= facts["metrics"][metric] <= high, metric
+    assert facts["identity_top1_vs_chance"]["chance"] == 0.25
     assert set(facts["skipped"]) == {"pose_error", "fid"}
     assert "set evaluate.fid_weights to a TorchScript feature extractor" in facts["skipped"]["fid"]
     assert facts["champion"] is None and "thresholds only" in evaluation["summary"]

@@ -19,6 +19,8 @@ from ffjobs.evaluate.significance import (
     chance_floor,
     chance_p_value,
     mean_interval,
+    metric_intervals,
+    versus_chance,
     wilson_interval,
 )
 
@@ -76,3 +78,19 @@ def test_the_mean_interval_is_the_normal_one():
     assert mean_interval(values) == pytest.approx((mean - z * sem, mean + z * sem), rel=SUMMED)
     assert mean_interval([0.3]) == (0.3, 0.3)
     assert math.isclose(sum(mean_interval(values)) / 2, mean, rel_tol=SUMMED)
+
+
+def test_each_metric_gets_the_interval_of_its_kind():
+    metrics = {"identity_top1": 0.8, "psnr": 15.0, "fid": 40.0}
+    found = metric_intervals(metrics, {"psnr": [14.0, 16.0, 15.0]}, pairs=10)
+    assert found["identity_top1"] == pytest.approx(list(wilson_interval(0.8, 10)), rel=SUMMED)
+    assert found["psnr"] == pytest.approx(list(mean_interval([14.0, 16.0, 15.0])), rel=SUMMED)
+    assert "fid" not in found  # measured on the whole set at once: no per-pair values
+
+
+def test_retrieval_against_chance_says_whether_it_is_distinguishable():
+    at_chance = versus_chance(0.15, 40, 5)
+    assert at_chance["chance"] == 0.2 and at_chance["floor"] == 15 / 40
+    assert not at_chance["distinguishable"] and at_chance["p_value"] > 0.5
+    above = versus_chance(0.75, 40, 5)
+    assert above["distinguishable"] and above["p_value"] < 1e-6

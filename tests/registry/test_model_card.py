@@ -89,6 +89,21 @@ def test_card_table_is_readable_with_intervals_chance_and_skipped_on_one_line(tm
     assert "skipped: skipped" not in card and "| fid" not in card
     assert "- MLflow run: sqlite:///runs/mlflow.db (run r)" in card  # text, not a link
     assert card.count("Review state: **pending review** (alias `challenger`).") == 1
+    assert "not distinguishable from chance" not in card  # the report says nothing of it
+
+
+def test_card_says_when_retrieval_is_not_distinguishable_from_chance(tmp_path):
+    run = _run(tmp_path)
+    outcome = evaluate_outcome(4)
+    outcome.facts["identity_top1_vs_chance"] = {
+        "chance": 0.25, "alpha": 0.01, "floor": 0.5, "p_value": 0.4, "distinguishable": False,
+    }  # fmt: skip
+    run.record_outcome(outcome)
+    card = model_card(run, step=4, links={})
+    assert (
+        "- identity_top1 is **not distinguishable from chance**: above chance at the 0.01 level "
+        "needs 0.5" in card
+    )
 
 
 def test_card_fits_the_registry_column(tmp_path):
