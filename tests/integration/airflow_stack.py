@@ -23,15 +23,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ffjobs.airflow.embedded import USERNAME, airflow_env
+from ffjobs.airflow.embedded import USERNAME, AirflowClient, airflow_env
 from ffjobs.local_ranks import free_loopback_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -188,32 +186,20 @@ class AirflowStack:
         return details
 
     def _login(self) -> str:
-        status, body = self.request(
-            "POST", "/auth/token", {"username": USERNAME, "password": self.password}, auth=False
-        )
-        assert status in (200, 201), f"login failed: {status} {body}"
-        return body["access_token"]
+        client = AirflowClient(self.url)
+        client.login(USERNAME, self.password)
+        return client.token
 
     # ------------------------------------------------------------------ REST client
 
     def request(
         self, method: str, path: str, body: Any = None, *, auth: bool = True
     ) -> tuple[int, Any]:
-        """One JSON request; returns ``(status, decoded body)`` for every status (no raise)."""
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if auth:
-            headers["Authorization"] = f"Bearer {self.token}"
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data, headers, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310 - loopback
-                status, raw = answer.status, answer.read()
-        except urllib.error.HTTPError as error:
-            status, raw = error.code, error.read()
-        try:
-            return status, json.loads(raw) if raw else None
-        except ValueError:
-            return status, raw.decode(errors="replace")
+        """One JSON request (the product's client, :class:`AirflowClient`); returns
+        ``(status, decoded body)`` for every status (no raise)."""
+        client = AirflowClient(self.url)
+        client.token = self.token if auth else None
+        return client.request(method, path, body)
 
     def get(self, path: str) -> tuple[int, Any]:
         return self.request("GET", path)
