@@ -7,11 +7,11 @@ import json
 import math
 
 import pytest
+from train.helpers import TINY_MODEL  # tests/ is on sys.path (rootdir conftest)
 
 from ffjobs.bench.numerics import compare, finished_launches, paired_t, welch_t
 from ffjobs.cli import main
 from ffjobs.errors import UserError
-from tests.train.helpers import TINY_MODEL
 
 # a handful of float operations on small exact inputs: agreement to 1e-12 leaves only rounding
 EXACT = 1e-12
