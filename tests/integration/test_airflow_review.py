@@ -133,7 +133,8 @@ def test_approve_moves_the_champion_and_reject_tags_the_version(airflow_stack, t
     assert question["options"] == ["Approve", "Reject"]
     assert question["subject"] == f"Approve {model} version 1 as the champion?"
     body = question["body"]
-    assert "| metric | this model | champion | change |" in body  # the evaluation table
+    # the evaluation table, each value with its interval
+    assert "| metric | this model [95% interval] | champion | change |" in body
     assert "Champion compared: none (no champion yet)" in body
     assert f"{tracking_uri}/get-artifact?path=evaluate/samples.png&run_uuid=" in body
     assert f"{tracking_uri}/#/models/{model}/versions/1" in body
