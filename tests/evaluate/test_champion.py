@@ -65,7 +65,7 @@ def test_gate_passes_a_model_better_than_the_champion_and_blocks_a_worse_one(
     trained_model, _ = face_swap_from_checkpoint(config, run.checkpoint_dir)
     register_champion(config, trained_model)
     worse = evaluate_stage(config, run, model_uri=f"models:/{NAME}/{untrained}")
-    assert worse.status == "failed" and worse.exit_code == ExitCode.FAILED
+    assert worse.status == "blocked" and worse.exit_code == ExitCode.FAILED  # a decision
     assert worse.facts["champion"]["version"] == "2"
     assert worse.summary.startswith(f"gate blocked models:/{NAME}/1: ")
     assert "< champion" in worse.summary and not worse.facts["gate"]["passed"]
