@@ -55,7 +55,7 @@ def test_registered_version_is_the_challenger_with_card_and_tags(trained, monkey
     assert f"- Training: passed: steps 0 -> {TRAIN_STEPS} on 1 ranks" in card
     assert "- Attempts: 1, goodput " in card and f"succeeded (steps 0 -> {TRAIN_STEPS})" in card
     assert "| identity_top1 | 0.5 | - | - |" in card
-    assert "| fid | skipped: set evaluate.fid_weights" in card
+    assert "- Not measured: fid (set `evaluate.fid_weights`)" in card  # one line, no row
     assert "Gate: **passed**\n- identity_top1 0.50 >= 0.30 (threshold)" in card
     assert f"- MLflow run: {config.tracking.tracking_uri}/#/experiments/" in card
     assert "- Airflow DAG run: ffjobs_pipeline / manual__2026-12-01T10:00:00" in card
