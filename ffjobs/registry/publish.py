@@ -164,10 +164,14 @@ def mark_registered(client: Any, model_id: str, name: str, version: str) -> None
         listed = json.loads(tags.get(MODEL_VERSIONS_TAG) or "[]")
     except ValueError:  # not ours to repair: a fresh list
         listed = []
-    entry = {"name": name, "version": str(version)}
-    if entry not in listed:
-        value = json.dumps([*listed, entry])
-        client.set_logged_model_tags(model_id, {MODEL_VERSIONS_TAG: value})
+    # MLflow 3 adds the entry itself when a version is created from a logged model, with the
+    # version as a number: the same version is never listed twice, whichever wrote it
+    if not any(
+        isinstance(e, dict) and e.get("name") == name and str(e.get("version")) == str(version)
+        for e in listed
+    ):
+        entry = {"name": name, "version": int(version) if str(version).isdigit() else version}
+        client.set_logged_model_tags(model_id, {MODEL_VERSIONS_TAG: json.dumps([*listed, entry])})
 
 
 def complete_registration(client: Any, name: str, version: str) -> None:

@@ -57,7 +57,7 @@ def test_registered_version_is_the_challenger_with_card_and_tags(trained, monkey
     assert "| identity_top1 | 0.5 | - | - |" in card
     assert "- Not measured: fid (set `evaluate.fid_weights`)" in card  # one line, no row
     assert "Gate: **passed**\n- identity_top1 0.50 >= 0.30 (threshold)" in card
-    assert f"- MLflow run: {config.tracking.tracking_uri}/#/experiments/" in card
+    assert f"- MLflow run: <{config.tracking.tracking_uri}/#/experiments/" in card  # a link
     assert "- Airflow DAG run: ffjobs_pipeline / manual__2026-12-01T10:00:00" in card
     assert (run.dir / "register" / "model_card.md").read_text() == card
 
@@ -71,7 +71,8 @@ def test_registered_version_is_the_challenger_with_card_and_tags(trained, monkey
     assert logged.source_run_id == run.mlflow_run_id
     assert logged.experiment_id == client.get_run(run.mlflow_run_id).info.experiment_id
     # the logged model's page lists the version (MLflow's own tag; without it: "Not registered")
-    assert json.loads(logged.tags["mlflow.modelVersions"]) == [{"name": name, "version": version}]
+    listed = json.loads(logged.tags["mlflow.modelVersions"])
+    assert listed == [{"name": name, "version": int(version)}]  # once, as MLflow writes it
 
     # a retried task registers nothing twice
     again = run_stage(config, run, "register")
