@@ -38,8 +38,13 @@ trap 'bash infra/local/down.sh >/dev/null 2>&1 || true' EXIT
 source "${FFJOBS_STATE_DIR:-.state/local-stack}/env.sh"
 
 echo "== tests" >&2
+# Two workers by default (FFJOBS_TEST_WORKERS=0: one process): the tests that share a stack
+# component run on one worker, one at a time (tests/conftest.py).
+workers=${FFJOBS_TEST_WORKERS:-2}
+parallel=()
+[[ $workers -gt 0 ]] && parallel=(-n "$workers" --dist loadgroup)
 set +e
-pytest "$@"
+pytest "${parallel[@]}" "$@"
 rc=$?
 set -e
 echo "ffjobs: browser screenshots in ${FFJOBS_TEST_ARTIFACTS:-.state/test-artifacts}/browser" >&2

@@ -300,14 +300,28 @@ def logged_in_page(stack: AirflowStack) -> Iterator[AirflowPage]:
 
 
 @pytest.fixture(scope="session")
-def airflow_page(airflow_api: AirflowStack) -> Iterator[AirflowPage]:
-    """A browser logged in to the session's ``airflow_api`` (api-server and dag-processor)."""
+def _airflow_api_browser(airflow_api: AirflowStack) -> Iterator[AirflowPage]:
     with logged_in_page(airflow_api) as page:
         yield page
 
 
 @pytest.fixture(scope="session")
-def airflow_stack_page(airflow_stack: AirflowStack) -> Iterator[AirflowPage]:
-    """A browser logged in to the session's ``airflow_stack`` (all four components)."""
+def _airflow_stack_browser(airflow_stack: AirflowStack) -> Iterator[AirflowPage]:
     with logged_in_page(airflow_stack) as page:
         yield page
+
+
+@pytest.fixture
+def airflow_page(_airflow_api_browser: AirflowPage) -> Iterator[AirflowPage]:
+    """A browser logged in to the session's ``airflow_api`` (api-server and dag-processor),
+    started once a session and left on a blank page after each test: an Airflow page left open
+    keeps polling the api-server, a core's tenth for nothing."""
+    yield _airflow_api_browser
+    _airflow_api_browser.driver.get("about:blank")
+
+
+@pytest.fixture
+def airflow_stack_page(_airflow_stack_browser: AirflowPage) -> Iterator[AirflowPage]:
+    """As :func:`airflow_page`, on the session's ``airflow_stack`` (all four components)."""
+    yield _airflow_stack_browser
+    _airflow_stack_browser.driver.get("about:blank")

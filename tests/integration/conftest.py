@@ -20,7 +20,12 @@ import pytest
 # One instance per session of each: a session fixture imported into several test modules would
 # be one fixture per module, and start Airflow (about a minute of CI) once for each.
 from airflow_stack import airflow_api, airflow_stack  # noqa: F401 - pytest fixtures
-from browser import airflow_page, airflow_stack_page  # noqa: F401 - pytest fixtures
+from browser import (  # noqa: F401 - pytest fixtures
+    _airflow_api_browser,
+    _airflow_stack_browser,
+    airflow_page,
+    airflow_stack_page,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 UP_SCRIPT = REPO / "infra" / "local" / "up.sh"
