@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from train.helpers import place_local_encoders
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,6 +87,7 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def dag_test(env: dict[str, str], cwd: Path, conf: dict) -> tuple[dict, str]:
     """Run the DAG once with ``conf`` in ``cwd``; return its states and XComs, and the log."""
+    place_local_encoders(cwd)
     result = subprocess.run(
         [sys.executable, "-c", DAG_TEST, str(REPO / "dags"), json.dumps(conf)],
         cwd=cwd,

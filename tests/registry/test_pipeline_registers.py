@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from train.helpers import place_local_encoders
 
 REPO = Path(__file__).resolve().parents[2]
-PIPELINE_S = 900
-"""The whole pipeline, both identity encoders' pre-training included: about 2 minutes on a quiet
-2-core machine, 7 times that for a loaded one."""
+PIPELINE_S = 600
+"""The whole pipeline with the encoders given: under a minute on a quiet 2-core machine, 10
+times that for a loaded one."""
 QUICK = [
     "--set", "train.steps=4",
     "--set", "train.checkpoint_every=2",
@@ -29,6 +30,7 @@ QUICK = [
 @pytest.mark.timeout(PIPELINE_S + 60)  # the pipeline, then a look at the registry
 def test_ffjobs_run_registers_the_challenger(tmp_path):
     pytest.importorskip("ffjobs.evaluate.stage", reason="needs the evaluate stage")
+    place_local_encoders(tmp_path)
     done = subprocess.run(
         [sys.executable, "-m", "ffjobs.cli", "run", "--config", str(REPO / "configs/local.yaml"),
          *QUICK],

@@ -65,6 +65,65 @@ def tiny_identity_weights() -> str:
     return str(out)
 
 
+LOCAL_ENCODERS = ("runs/models/identity.pt", "runs/models/identity-eval.pt")
+"""Where ``configs/local.yaml`` keeps its training and evaluation identity encoders."""
+
+
+def place_local_encoders(workdir: Path) -> None:
+    """Both identity encoders of ``configs/local.yaml``, pre-trained once per test run as a
+    first ``ffjobs run`` on the embedded default makes them (300 steps each on the default
+    24x8 synthetic identities), copied to where the preset looks for them under ``workdir``:
+    a pipeline test then spends its time on what it checks. Pre-training inside the pipeline
+    has its own test (tests/integration/test_concurrent_runs.py)."""
+    import shutil
+
+    for made, wanted in zip(_local_encoders(), LOCAL_ENCODERS, strict=True):
+        if not (workdir / wanted).exists():
+            (workdir / wanted).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(made, workdir / wanted)
+
+
+def _local_encoders() -> tuple[Path, Path]:
+    from ffjobs.evaluate.encoder import PRETRAIN_STEPS, evaluation_identity_settings
+    from ffjobs.models.identity_pretrain import train_identity_encoder
+    from ffjobs.models.prepare import DEFAULT_PRETRAIN_STEPS
+    from ffjobs.shared_inputs import make_once
+
+    run_folder = Path(os.environ["FFJOBS_TEST_RUN_DIR"])
+    config = load_config("local")
+    training, evaluation = run_folder / "local-identity.pt", run_folder / "local-identity-eval.pt"
+    if not (training.exists() and evaluation.exists()):
+        _allow_more_time(2 * PRETRAIN_S)
+    faces = run_folder / "local-faces"
+    synth = config.data.synth
+
+    def make_faces(path: Path) -> None:
+        from ffjobs.data.synth import generate_dataset
+
+        generate_dataset(path, synth.identities, synth.per_identity, synth.size, seed=synth.seed)
+
+    make_once(faces, make_faces, what="the default synthetic faces")
+    make_once(
+        training,
+        lambda path: train_identity_encoder(
+            config.model, faces, path, steps=DEFAULT_PRETRAIN_STEPS, seed=config.train.seed
+        ),
+        what="the local preset's identity encoder",
+    )
+    make_once(
+        evaluation,
+        lambda path: train_identity_encoder(
+            evaluation_identity_settings(config),
+            faces,
+            path,
+            steps=PRETRAIN_STEPS,
+            seed=config.evaluate.identity_seed,
+        ),
+        what="the local preset's evaluation encoder",
+    )
+    return training, evaluation
+
+
 PRETRAIN_S = 900
 """The tiny encoder's pre-training (300 steps on 192 images), on top of the test's own limit:
 more than 4 minutes of CPU, so 2 to 3 minutes on a quiet 2-core machine; 900 s leaves room for
