@@ -99,7 +99,8 @@ def generator_loss(
     """Weighted sum of the generator's terms.
 
     Returns ``adversarial``, ``identity``, ``reconstruction``, ``feature_matching`` (each
-    unweighted, for logging) and ``total`` (weighted with ``weights``, for ``backward``).
+    unweighted, for logging), ``total`` (weighted with ``weights``, for ``backward``) and the
+    identity term split by pair kind (:func:`identity_by_pair_kind`, for logging).
     """
     terms = {
         "adversarial": adversarial_generator_loss(disc_fused),
@@ -108,4 +109,28 @@ def generator_loss(
         "feature_matching": feature_matching_loss(disc_fused, disc_real),
     }
     total = sum(getattr(weights, name) * value for name, value in terms.items())
-    return {**terms, "total": total}
+    split = identity_by_pair_kind(fused_embedding.detach(), source_embedding, same_identity)
+    return {**terms, "total": total, **split}
+
+
+PAIR_KIND_SUMS = ("identity_same_sum", "same_pairs", "identity_cross_sum", "cross_pairs")
+"""The identity term's sums and pair counts by pair kind, as :func:`generator_loss` returns
+them: summed over steps and ranks, each sum divided by its count gives the mean."""
+
+
+def identity_by_pair_kind(
+    fused_embedding: Tensor, source_embedding: Tensor, same_identity: Tensor
+) -> dict[str, Tensor]:
+    """``1 - cosine`` summed over the same-identity pairs and over the cross-identity pairs,
+    with the number of each (no gradient: for logging). The mean identity loss hides whether
+    identity moves: a same-identity pair scores well by reconstructing its target, which
+    carries the source's identity already; the cross-identity mean is the one to watch."""
+    with torch.no_grad():
+        distance = 1.0 - identity_cosine(fused_embedding, source_embedding)
+        same = same_identity.to(distance.dtype)
+        return {
+            "identity_same_sum": (distance * same).sum(),
+            "same_pairs": same.sum(),
+            "identity_cross_sum": (distance * (1.0 - same)).sum(),
+            "cross_pairs": (1.0 - same).sum(),
+        }

@@ -44,7 +44,7 @@ from ffjobs.config import Config, config_from_dict
 from ffjobs.data.dataset import to_model_images
 from ffjobs.errors import UserError
 from ffjobs.models import FusionModels, build
-from ffjobs.models.losses import discriminator_loss, generator_loss
+from ffjobs.models.losses import PAIR_KIND_SUMS, discriminator_loss, generator_loss
 from ffjobs.tracking.mlflow_logger import RunLogger
 from ffjobs.train import compile_cache, ddp, regions
 from ffjobs.train.checkpoint import capture_rng_state, open_checkpoints, restore_rng_state
@@ -60,6 +60,9 @@ from ffjobs.train.runtime import configure_backends, seed_everything
 from ffjobs.train.stop import StopRequest
 
 LOSS_NAMES = ("d_real", "d_fused", "adversarial", "identity", "reconstruction", "feature_matching")
+SUMMED = (*LOSS_NAMES, *PAIR_KIND_SUMS)
+"""What a step reports and the log window adds up: the losses, and the identity term's sums
+and counts by pair kind (reported as ``identity_cross`` and ``identity_same``)."""
 
 
 @dataclass
@@ -231,12 +234,12 @@ class Trainer:
             torch.compiler.cudagraph_mark_step_begin()  # last step's graph outputs are dead
         for net in self.networks:
             net.zero_grad()
-        totals = {name: torch.zeros((), device=self.device) for name in LOSS_NAMES}
+        totals = {name: torch.zeros((), device=self.device) for name in SUMMED}
         for index, batch in enumerate(micro_batches):
             sync = index == accum - 1  # all-reduce once, in the last micro-batch's backward
             with contextlib.nullcontext() if sync else self._no_sync():
                 losses = self._forward_backward(batch, accum)
-            for name in LOSS_NAMES:
+            for name in SUMMED:
                 totals[name] += losses[name].detach().float() / accum
 
         with record_function("ffjobs.optimizer"):
@@ -326,7 +329,7 @@ class Trainer:
         """Run ``count`` optimizer steps, logging and checkpointing on schedule; yields steps."""
         result = result if result is not None else TrainResult(self.step, self.step)
         self.meter.reset()
-        window_losses = {name: torch.zeros((), device=self.device) for name in LOSS_NAMES}
+        window_losses = {name: torch.zeros((), device=self.device) for name in SUMMED}
         window_steps = 0
         global_batch = self.tc.batch_size * self.tc.grad_accum * self.world_size
         for _ in range(count):
@@ -340,7 +343,7 @@ class Trainer:
             self.meter.step_done(global_batch)
             if self.first_step_s is None:
                 self._first_step_done(step)
-            for name in LOSS_NAMES:
+            for name in SUMMED:
                 window_losses[name] += losses[name]
             window_steps += 1
 
@@ -364,15 +367,18 @@ class Trainer:
 
     def _report(self, step: int, losses: dict[str, torch.Tensor], steps: int) -> dict[str, float]:
         stats = self.meter.window()
-        stacked = torch.stack([losses[name] for name in LOSS_NAMES]) / max(steps, 1)
+        stacked = torch.stack([losses[name] for name in SUMMED]) / max(steps, 1)
         if self.world_size > 1:
             dist.all_reduce(stacked)
             stacked /= self.world_size
+        window = dict(zip(SUMMED, stacked.tolist(), strict=True))
         metrics: dict[str, float] = {"step": float(step)}
         metrics.update(stats.as_dict(self.world_size, self.flops_per_image, self.tc.peak_flops))
-        metrics.update(
-            {f"loss/{n}": float(v) for n, v in zip(LOSS_NAMES, stacked.tolist(), strict=True)}
-        )
+        metrics.update({f"loss/{name}": window[name] for name in LOSS_NAMES})
+        for kind in ("cross", "same"):  # a ratio: the window's and ranks' averaging cancels
+            if window[f"{kind}_pairs"] > 0:
+                pairs = window[f"{kind}_pairs"]
+                metrics[f"loss/identity_{kind}"] = window[f"identity_{kind}_sum"] / pairs
         metrics["lr"] = self.generator.scheduler.get_last_lr()[0]
         if self.env.rank == 0:
             if self.tc.progress:

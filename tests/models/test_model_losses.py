@@ -7,9 +7,11 @@ import torch
 
 from ffjobs.models import DiscriminatorOutput, LossWeights
 from ffjobs.models.losses import (
+    PAIR_KIND_SUMS,
     discriminator_loss,
     feature_matching_loss,
     generator_loss,
+    identity_by_pair_kind,
     identity_loss,
     reconstruction_loss,
 )
@@ -112,3 +114,19 @@ def test_generator_total_is_the_weighted_sum():
     assert losses["adversarial"].item() == pytest.approx(-0.05)  # -(0.3 - 0.2) / 2
     losses["total"].backward()
     assert fused.grad.abs().sum() > 0
+
+
+def test_the_identity_term_split_by_pair_kind_sums_each_kinds_distances():
+    source = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    fused = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])  # distances 0, 1, 2
+    split = identity_by_pair_kind(fused, source, torch.tensor([True, False, False]))
+    assert {k: v.item() for k, v in split.items()} == {
+        "identity_same_sum": 0.0,
+        "same_pairs": 1.0,
+        "identity_cross_sum": 3.0,  # 1 + 2: a mean of 1.5 where the overall mean is 1.0
+        "cross_pairs": 2.0,
+    }
+    assert set(split) == set(PAIR_KIND_SUMS)
+    # the per-kind means weight each pair once, whatever the batch and rank it came from
+    total = identity_loss(fused, source) * 3
+    torch.testing.assert_close(total, split["identity_same_sum"] + split["identity_cross_sum"])
