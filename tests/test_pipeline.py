@@ -176,8 +176,8 @@ def test_a_blocked_gate_stops_the_run_and_register_says_why(tmp_path):
     import torch
 
     from ffjobs.config import load_config
-    from ffjobs.evaluate.encoder import evaluation_identity_settings
     from ffjobs.models.identity import build_identity_backbone
+    from ffjobs.quality.encoder import evaluation_identity_settings
 
     # an untrained evaluation encoder (no identity metric is gated here): no pre-training
     settings = evaluation_identity_settings(load_config("local"))

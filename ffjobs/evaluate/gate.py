@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from ffjobs.evaluate.config import GateConfig
-from ffjobs.evaluate.metrics import BETTER_WHEN_HIGHER
+from ffjobs.quality.metrics import BETTER_WHEN_HIGHER
 
 UNCHANGED = "the target unchanged"
 

@@ -28,12 +28,12 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     import torch
 
     from ffjobs.evaluate.champion import RegistryUnavailable, load_champion
-    from ffjobs.evaluate.encoder import describe_evaluation_encoder, load_evaluation_encoder
-    from ffjobs.evaluate.evalset import build_evaluation_set
     from ffjobs.evaluate.gate import decide
-    from ffjobs.evaluate.measure import measure, unchanged_target_scores
     from ffjobs.evaluate.samples import SampleRow, identity_captions, save_sample_grid
-    from ffjobs.evaluate.significance import LEVEL, metric_intervals, versus_chance
+    from ffjobs.quality.encoder import describe_evaluation_encoder, load_evaluation_encoder
+    from ffjobs.quality.evalset import build_evaluation_set
+    from ffjobs.quality.measure import measure, unchanged_target_scores
+    from ffjobs.quality.significance import LEVEL, metric_intervals, versus_chance
 
     model, step, evaluated = _candidate(config, run, model_uri)
     evalset = build_evaluation_set(config, run.facts("validate").get("quarantine"))
@@ -140,7 +140,7 @@ def _candidate(config: Config, run: Run, model_uri: str | None):
 
 def _extractors(config: Config):
     from ffjobs.evaluate.extractors import load_extractor, skipped_reason
-    from ffjobs.evaluate.measure import Extractors
+    from ffjobs.quality.measure import Extractors
 
     found = Extractors()
     for metric, setting in (("pose_error", "pose_weights"), ("fid", "fid_weights")):

@@ -1,6 +1,6 @@
 """Measure one face-swap model on an evaluation set: run it, then compute every metric.
 
-Identity is measured by the evaluation recogniser (:mod:`ffjobs.evaluate.encoder`): the
+Identity is measured by the evaluation recogniser (:mod:`ffjobs.quality.encoder`): the
 gallery is the mean embedding of each held-out identity's real images; a fused face is a
 correct retrieval when its nearest gallery identity is its source's. Reconstruction is the
 self-swap (source == target == the image). Pose error and FID need the user's networks
@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ffjobs.evaluate import metrics as m
-from ffjobs.evaluate.evalset import EvaluationSet
+from ffjobs.quality import metrics as m
+from ffjobs.quality.evalset import EvaluationSet
 
 
 @dataclass

@@ -92,8 +92,8 @@ def ffjobs(cwd: Path, *args: str, timeout: int = RUN_S) -> subprocess.CompletedP
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     from ffjobs.data.synth import generate_dataset
-    from ffjobs.evaluate.encoder import evaluation_identity_settings
     from ffjobs.models.identity_pretrain import train_identity_encoder
+    from ffjobs.quality.encoder import evaluation_identity_settings
 
     root = tmp_path_factory.mktemp("evaluate")
     data = generate_dataset(root / "faces", identities=12, per_identity=6, size=64, seed=0)

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from ffjobs.errors import UserError
-from ffjobs.evaluate.encoder import load_evaluation_encoder
-from ffjobs.evaluate.evalset import build_evaluation_set
-from ffjobs.evaluate.measure import Extractors, measure
 from ffjobs.models.factory import build_generator
 from ffjobs.models.identity import build_identity_encoder
 from ffjobs.models.swap import FaceSwap
+from ffjobs.quality.encoder import load_evaluation_encoder
+from ffjobs.quality.evalset import build_evaluation_set
+from ffjobs.quality.measure import Extractors, measure
 from ffjobs.train.swap import face_swap_from_checkpoint
 from ffjobs.train.trainer import seed_everything
 

@@ -304,8 +304,8 @@ def write_evaluation_encoder(workdir: Path) -> None:
     import torch
 
     from ffjobs.config import load_config
-    from ffjobs.evaluate.encoder import evaluation_identity_settings
     from ffjobs.models.identity import build_identity_backbone
+    from ffjobs.quality.encoder import evaluation_identity_settings
 
     settings = evaluation_identity_settings(load_config("local"))
     path = workdir / EVALUATION_ENCODER

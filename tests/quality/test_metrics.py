@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ffjobs.evaluate import metrics
+from ffjobs.quality import metrics
 
 
 def test_retrieval_finds_the_identity_whose_centre_is_nearest():

@@ -14,7 +14,7 @@ import math
 import pytest
 from scipy import stats
 
-from ffjobs.evaluate.significance import (
+from ffjobs.quality.significance import (
     binomial_tail,
     chance_floor,
     chance_p_value,

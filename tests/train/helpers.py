@@ -84,9 +84,9 @@ def place_local_encoders(workdir: Path) -> None:
 
 
 def _local_encoders() -> tuple[Path, Path]:
-    from ffjobs.evaluate.encoder import PRETRAIN_STEPS, evaluation_identity_settings
     from ffjobs.models.identity_pretrain import train_identity_encoder
     from ffjobs.models.prepare import DEFAULT_PRETRAIN_STEPS
+    from ffjobs.quality.encoder import PRETRAIN_STEPS, evaluation_identity_settings
     from ffjobs.shared_inputs import make_once
 
     run_folder = Path(os.environ["FFJOBS_TEST_RUN_DIR"])
