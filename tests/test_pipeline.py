@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from train.helpers import place_local_encoders
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = [
@@ -137,6 +138,22 @@ def test_each_run_is_its_own_and_resume_continues_one(tmp_path):
     assert one["mlflow_run_id"] in detail["mlflow"]
     human = ffjobs(tmp_path, "runs", "show", one["run_key"])
     assert "latest verified step 6" in human.stdout and "[ passed] train" in human.stdout
+
+
+@pytest.mark.timeout(RUN_S + 60)  # one run, the checks
+def test_a_run_measures_its_model_on_held_out_identities_as_it_trains(tmp_path):
+    place_local_encoders(tmp_path)  # the evaluation recogniser, where the preset looks for it
+    every = ["--set", "evaluate.every_steps=2", "--set", "data.synth.identities=10"]
+    done = ffjobs_run(tmp_path, *QUICK, *every, *UP_TO_TRAIN, "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [x for x in done.stderr.splitlines() + done.stdout.splitlines() if "held-out at" in x]
+    assert [x.split(":")[0] for x in lines] == ["held-out at step 2", "held-out at step 4"], lines
+    assert "2 held-out identities" in lines[-1] and " [" in lines[-1]  # with its interval
+    run = json.loads(done.stdout)
+    history = snapshot(mlflow_client(tmp_path), run["mlflow_run_id"])["metrics"]
+    for metric in ("heldout_identity_top1", "heldout_identity_cosine", "heldout_psnr"):
+        assert [step for step, _ in history[metric]] == [2, 4], metric
+    assert [step for step, _ in history["loss_identity_cross"]] == [2, 4]
 
 
 def test_resume_refuses_another_model_shape_or_dataset(tmp_path):

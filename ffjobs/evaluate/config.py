@@ -72,6 +72,11 @@ class EvaluateConfig:
     max_pairs: int = field(default=1024, metadata={"ge": 2})
     """At most this many held-out images are evaluated (a seeded choice when there are more)."""
     batch_size: int = field(default=32, metadata={"ge": 1})
+    every_steps: int = field(default=0, metadata={"ge": 0})
+    """Measure the model on the held-out set every this many training steps as it trains
+    (identity retrieval, identity cosine, PSNR, SSIM: ``heldout_*`` metrics and a progress
+    line), so identity transfer is seen when it starts; 0: only at the end. Rank 0 measures
+    while the other ranks wait: keep it to a few hundred pairs (``max_pairs``) on a big set."""
     samples: int = field(default=8, metadata={"ge": 1})
     """Pairs shown in ``samples.png``."""
     pose_weights: str | None = None

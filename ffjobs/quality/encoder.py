@@ -72,6 +72,11 @@ def load_evaluation_encoder(config: Config) -> IdentityEncoder:
     """The evaluation recogniser, pre-trained first where :func:`ensure_evaluation_encoder`
     says so; a file of another shape is a one-line error naming ``evaluate.identity_*``."""
     ensure_evaluation_encoder(config)
+    return build_recogniser(config)
+
+
+def build_recogniser(config: Config) -> IdentityEncoder:
+    """The evaluation recogniser from ``evaluate.identity_weights``, which must be there."""
     return build_identity_encoder(evaluation_identity_settings(config), section="evaluate")
 
 

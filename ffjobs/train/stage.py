@@ -25,13 +25,18 @@ if TYPE_CHECKING:
 
 
 def train_job(config: Config, checkpoint_dir: str, **fields: Any) -> TrainJob:
-    """The job every rank of this run trains (inputs of the embedded default made first, and a
-    dataset that is not there refused here, before any rank starts)."""
+    """The job every rank of this run trains (inputs of the embedded default made first, the
+    evaluation recogniser too when ``evaluate.every_steps`` measures on the way, and a dataset
+    that is not there refused here, before any rank starts)."""
     from ffjobs.data.sources import open_source
     from ffjobs.models.prepare import ensure_demo_inputs
+    from ffjobs.quality.encoder import ensure_evaluation_encoder
 
     if fields.get("data", "dataset") == "dataset":
         ensure_demo_inputs(config)
+        every = config.evaluate.every_steps
+        if every and config.train.steps >= every:  # measured on the way: made before training
+            ensure_evaluation_encoder(config)
         open_source(
             config.data.source, endpoint_url=config.s3.endpoint_url, region=config.s3.region
         )

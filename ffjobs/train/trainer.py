@@ -55,6 +55,7 @@ from ffjobs.train.faults import FaultInjector
 from ffjobs.train.metrics import CommTimer, ThroughputMeter, format_progress, synchronize
 from ffjobs.train.network import Network, build_network
 from ffjobs.train.prefetch import DevicePrefetcher
+from ffjobs.train.probe import TrainingProbe
 from ffjobs.train.regions import CompiledRegion
 from ffjobs.train.runtime import configure_backends, seed_everything
 from ffjobs.train.stop import StopRequest
@@ -94,10 +95,12 @@ class Trainer:
         logger: RunLogger | None = None,
         flops_per_image: float | None = None,
         signing_key: bytes | None = None,
+        probe: TrainingProbe | None = None,
     ):
         """``signing_key``: the run's key (:mod:`ffjobs.train.signing`) that the compile cache
         in the checkpoint store is signed and checked with; without one that cache is neither
-        read nor written (the job compiles cold)."""
+        read nor written (the job compiles cold). ``probe``: rank 0's measurement on the
+        held-out set every ``evaluate.every_steps`` (:mod:`ffjobs.train.probe`)."""
         self.created = time.perf_counter()  # time to the first step counts from here
         self.config, self.env, self.device = config, env, device
         tc = self.tc = config.train
@@ -197,6 +200,7 @@ class Trainer:
         self.logger = logger if logger is not None else RunLogger(config.tracking, None, None)
         self.meter = ThroughputMeter(device, self.comm)
         self.flops_per_image = flops_per_image
+        self.probe = probe
         self.step = 0
         self.stop = StopRequest(env.rank)
         self.init_s = time.perf_counter() - self.created  # the rest of first_step_s is the step
@@ -354,6 +358,9 @@ class Trainer:
                 window_losses = {k: torch.zeros_like(v) for k, v in window_losses.items()}
                 window_steps = 0
                 self.stop.agree(self.device, self.world_size)
+            if self.probe is not None and self.probe.due(step):
+                with self.meter.excluded(), record_function("ffjobs.probe"):
+                    self._measure_held_out(step)
             if step % self.tc.checkpoint_every == 0 or last or self.stop.requested:
                 with self.meter.excluded(), self.stop.busy():
                     result.last_checkpoint = self.save() or result.last_checkpoint
@@ -387,6 +394,15 @@ class Trainer:
             tracked = {k.replace("/", "_"): v for k, v in metrics.items() if k != "step"}
             self.logger.log_metrics(tracked, step)
         return metrics
+
+    def _measure_held_out(self, step: int) -> None:
+        """The probe's measurement of the weights a checkpoint hands on, logged at ``step``."""
+        assert self.probe is not None
+        weights = self.ema.module if self.ema is not None else self.g_module
+        metrics = self.probe.measure(weights, self.identity_encoder)
+        if metrics:
+            print0(self.probe.line(step, metrics))
+            self.logger.log_metrics(metrics, step)
 
     # ----------------------------------------------------------------------------- checkpoints
 

@@ -96,6 +96,7 @@ def prepare_compiler(device: torch.device) -> None:
 
 def run_rank(job: TrainJob) -> dict[str, Any]:
     """Run this process's rank of ``job`` to the end; returns the result (meaningful on rank 0)."""
+    from ffjobs.train.probe import TrainingProbe
     from ffjobs.train.trainer import Trainer
 
     config = job.resolved_config()
@@ -114,6 +115,7 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
         tracked = env.rank == 0 and job.mode == "train"
         spool = job.tracking_dir if tracked else None  # one writer of training metrics: rank 0
         logger = RunLogger(config.tracking, job.mlflow_run_id, spool, role="train")
+        measured = tracked and job.data == "dataset" and config.evaluate.every_steps > 0
         trainer = Trainer(
             config,
             env,
@@ -123,6 +125,7 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
             logger=logger,
             flops_per_image=flops_per_image(config),
             signing_key=signing_key,
+            probe=TrainingProbe(config, device, job.quarantine) if measured else None,
         )
         if job.mode == "bench":
             from ffjobs.train.measure import bench_rank
