@@ -82,8 +82,17 @@ def test_an_outage_during_training_loses_nothing_and_warns_once(
 
         def bring_back_and_watch() -> None:
             try:
-                while logged_steps(run.tracking_dir).get("lr", 0) < 3:  # a few steps spooled
-                    if training_over.wait(0.05):
+                # back only once rank 0's shipper has met the outage (its one warning): on a
+                # busy machine its first attempt, which imports MLflow, can come after a server
+                # started on a count of spooled steps is up already, and then meets no outage
+                rank0_log = run.dir / "train" / "logs" / "rank-00000.log"
+                deadline = time.monotonic() + SERVER_WAIT_S
+                while not (
+                    logged_steps(run.tracking_dir).get("lr", 0) >= 3
+                    and rank0_log.exists()
+                    and "TrackingWarning" in rank0_log.read_text(errors="replace")
+                ):
+                    if training_over.wait(0.05) or time.monotonic() > deadline:
                         return
                 server.start()
                 seen["back_at"] = time.monotonic()
