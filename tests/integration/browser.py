@@ -142,6 +142,15 @@ class AirflowPage:
             condition, message=f"waited {timeout:.0f} s for {what} on {self.driver.current_url}"
         )
 
+    def text_with(self, *parts: str, what: str) -> str:
+        """The page's text once every one of ``parts`` is in it (pages render after loading)."""
+
+        def shown(driver: Any) -> str | None:
+            text = driver.find_element(By.TAG_NAME, "body").text
+            return text if all(part in text for part in parts) else None
+
+        return self.wait(shown, what)
+
     def visible(self, by: str, selector: str, what: str):
         """The first visible element ``selector`` finds, waiting for it."""
 

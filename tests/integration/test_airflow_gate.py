@@ -1,7 +1,8 @@
 """A model the evaluation gate blocks, in a real Airflow (all four components, LocalExecutor):
 a decision, not a crash. evaluate succeeds with the verdict in its XCom and a link to the MLflow
 run (a real server: a link that opens the model-training view), register is skipped, the DAG
-run succeeds, and the scheduler writes the verdict as the DAG run's note."""
+run succeeds, and the scheduler writes the verdict as the DAG run's note, which the run's page
+shows (headless Chromium)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 
 import pytest
 from airflow_stack import DAG_ID, EVALUATION_ENCODER, START_TIMEOUT_S, write_evaluation_encoder
+from browser import AirflowPage
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -20,10 +22,10 @@ RUN_TIMEOUT_S = 900
 
 
 @pytest.mark.timeout(START_TIMEOUT_S + RUN_TIMEOUT_S + 120)
-def test_a_blocked_gate_is_a_decision_with_a_note(airflow_stack, mlflow_server):
+def test_a_blocked_gate_is_a_decision_with_a_note(airflow_stack_page: AirflowPage, mlflow_server):
     from mlflow.tracking import MlflowClient
 
-    stack = airflow_stack
+    stack = airflow_stack_page.stack
     if not (stack.workdir / EVALUATION_ENCODER).exists():  # the session's stack: maybe there
         write_evaluation_encoder(stack.workdir)
     (stack.workdir / "configs").mkdir(exist_ok=True)
@@ -68,6 +70,10 @@ def test_a_blocked_gate_is_a_decision_with_a_note(airflow_stack, mlflow_server):
         time.sleep(2)
     assert note.startswith("A decision, not a fault: not registered (gate blocked step 4: ")
     assert "psnr " in note and "(evaluate.gate.min_psnr)" in note
+    # and a person sees it on the DAG run's page
+    airflow_stack_page.open(f"/dags/{DAG_ID}/runs/{body['dag_run_id']}")
+    airflow_stack_page.text_with("A decision, not a fault", what="the run's note on its page")
+    airflow_stack_page.screenshot("gate-blocked-run")
 
     xcom = f"{run_path}/taskInstances/evaluate/xcomEntries"
 

@@ -1,7 +1,7 @@
 """The Airflow UI in headless Chromium (``browser.py``): what a person sees of ffjobs' trigger
 form and, once the pipeline has its review task, of the review page. The checks read the DOM,
 never pixels; each page's screenshot is kept under ``$FFJOBS_TEST_ARTIFACTS/browser/`` (the
-README shows two of them, copied to ``docs/images/``).
+README shows some of them, copied to ``docs/images/``).
 """
 
 from __future__ import annotations
@@ -152,3 +152,19 @@ def test_the_review_page_offers_approve_and_reject_with_the_evaluation(
     finally:
         answer(page.stack, run_id, "Reject", "seen in the browser test only")
     assert page.stack.get(hitl_path(run_id))[1]["chosen_options"] == ["Reject"]
+
+    # the version's page in the MLflow UI: its card says what the review decided, and its links
+    # lead to the training's MLflow run and to this DAG run in Airflow
+    page.driver.get(f"{tracking_uri}/#/models/{model}/versions/1")
+    card = page.text_with("Review state: rejected by admin", "seen in the browser test only",
+                          what="the model card, rewritten by the review")  # fmt: skip
+    run_key = card.split("Run key: ", 1)[1].split()[0]
+    page.screenshot("mlflow-model-version")
+    hrefs = [a.get_attribute("href") for a in page.driver.find_elements(browser.By.TAG_NAME, "a")]
+    mlflow_run = next(h for h in hrefs if h and "/runs/" in h and h.startswith(tracking_uri))
+    airflow_run = next(h for h in hrefs if h and h.startswith(f"{page.stack.url}/dags/{DAG_ID}/"))
+    assert "workflowType=machine_learning" in mlflow_run
+    page.driver.get(mlflow_run)
+    page.text_with(run_key, what="the MLflow run the card links to")  # named by the run key
+    page.driver.get(airflow_run)
+    page.text_with(run_id, what="the Airflow DAG run the card links to")
