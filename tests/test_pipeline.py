@@ -140,6 +140,7 @@ def test_each_run_is_its_own_and_resume_continues_one(tmp_path):
     assert "latest verified step 6" in human.stdout and "[ passed] train" in human.stdout
 
 
+@pytest.mark.slow  # a run up to training, with two held-out measurements
 @pytest.mark.timeout(RUN_S + 60)  # one run, the checks
 def test_a_run_measures_its_model_on_held_out_identities_as_it_trains(tmp_path):
     place_local_encoders(tmp_path)  # the evaluation recogniser, where the preset looks for it
