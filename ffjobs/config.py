@@ -30,9 +30,9 @@ import yaml
 
 from ffjobs.data.config import DataConfig
 from ffjobs.errors import UserError
-from ffjobs.evaluate.config import EvaluateConfig
 from ffjobs.models.config import ModelConfig
 from ffjobs.preflight.config import PreflightConfig
+from ffjobs.quality.config import EvaluateConfig
 from ffjobs.slurm.config import SlurmConfig
 from ffjobs.storage_config import S3Config
 from ffjobs.tracking.config import RegistryConfig, TrackingConfig

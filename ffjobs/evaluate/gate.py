@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from ffjobs.evaluate.config import GateConfig
+from ffjobs.quality.config import GateConfig
 from ffjobs.quality.metrics import BETTER_WHEN_HIGHER
 
 UNCHANGED = "the target unchanged"

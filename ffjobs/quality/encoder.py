@@ -15,9 +15,9 @@ from pathlib import Path
 
 from ffjobs.config import Config
 from ffjobs.errors import UserError
-from ffjobs.evaluate.config import DEFAULT_EVALUATION_ENCODER
 from ffjobs.models.config import ModelConfig
 from ffjobs.models.identity import IdentityEncoder, build_identity_encoder
+from ffjobs.quality.config import DEFAULT_EVALUATION_ENCODER
 
 PRETRAIN_STEPS = 300
 """As many as the demo's training encoder gets (:mod:`ffjobs.models.prepare`)."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ffjobs.evaluate.config import GateConfig
 from ffjobs.evaluate.gate import decide
+from ffjobs.quality.config import GateConfig
 
 GOOD = {"identity_top1": 0.625, "identity_cosine": 0.41, "psnr": 19.4, "ssim": 0.61}
 UNCHANGED = {"identity_top1": 0.0, "identity_cosine": -0.012}

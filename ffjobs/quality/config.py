@@ -1,4 +1,6 @@
-"""Configuration of the evaluation and of the gate a model must pass before review."""
+"""The ``evaluate:`` section: what the evaluation measures, with which recogniser, and the gate
+a model must pass before review. It lives with the measurement (below :mod:`ffjobs.train`),
+which reads it during training as the evaluate stage does at the end."""
 
 from __future__ import annotations
 
