@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import random
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -25,6 +26,7 @@ from torch import nn
 from ffjobs.config import Config
 from ffjobs.errors import UserError
 from ffjobs.models.swap import FaceSwap
+from ffjobs.quality.encoder import build_recogniser
 from ffjobs.quality.evalset import EvaluationSet, build_evaluation_set
 from ffjobs.quality.measure import Extractors, measure
 from ffjobs.quality.significance import versus_chance, wilson_interval
@@ -76,10 +78,6 @@ class TrainingProbe:
     def _load(self) -> bool:
         """The held-out set and the recogniser, loaded once; False (said once, and no more
         measurements) when either is missing."""
-        from pathlib import Path
-
-        from ffjobs.quality.encoder import build_recogniser
-
         weights = Path(self.config.evaluate.identity_weights)
         try:
             if not weights.exists():

@@ -33,7 +33,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -55,10 +55,12 @@ from ffjobs.train.faults import FaultInjector
 from ffjobs.train.metrics import CommTimer, ThroughputMeter, format_progress, synchronize
 from ffjobs.train.network import Network, build_network
 from ffjobs.train.prefetch import DevicePrefetcher
-from ffjobs.train.probe import TrainingProbe
 from ffjobs.train.regions import CompiledRegion
 from ffjobs.train.runtime import configure_backends, seed_everything
 from ffjobs.train.stop import StopRequest
+
+if TYPE_CHECKING:
+    from ffjobs.train.probe import TrainingProbe
 
 LOSS_NAMES = ("d_real", "d_fused", "adversarial", "identity", "reconstruction", "feature_matching")
 SUMMED = (*LOSS_NAMES, *PAIR_KIND_SUMS)

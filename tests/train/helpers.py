@@ -71,8 +71,8 @@ LOCAL_ENCODERS = ("runs/models/identity.pt", "runs/models/identity-eval.pt")
 
 def place_local_encoders(workdir: Path) -> None:
     """Both identity encoders of ``configs/local.yaml``, pre-trained once per test run as a
-    first ``ffjobs run`` on the embedded default makes them (300 steps each on the default
-    24x8 synthetic identities), copied to where the preset looks for them under ``workdir``:
+    first ``ffjobs run`` on the embedded default makes them, copied to where the preset looks
+    for them under ``workdir``:
     a pipeline test then spends its time on what it checks. Pre-training inside the pipeline
     has its own test (tests/integration/test_concurrent_runs.py)."""
     import shutil
@@ -83,45 +83,22 @@ def place_local_encoders(workdir: Path) -> None:
             shutil.copyfile(made, workdir / wanted)
 
 
-def _local_encoders() -> tuple[Path, Path]:
-    from ffjobs.models.identity_pretrain import train_identity_encoder
-    from ffjobs.models.prepare import DEFAULT_PRETRAIN_STEPS
-    from ffjobs.quality.encoder import PRETRAIN_STEPS, evaluation_identity_settings
-    from ffjobs.shared_inputs import make_once
+def _local_encoders() -> list[Path]:
+    """Both encoders, made by the pipeline's own functions as a first run on the embedded
+    default makes them, in the test run's folder (once: they wait for each other)."""
+    from ffjobs.models.prepare import ensure_demo_inputs
+    from ffjobs.quality.encoder import ensure_evaluation_encoder
 
-    run_folder = Path(os.environ["FFJOBS_TEST_RUN_DIR"])
-    config = load_config("local")
-    training, evaluation = run_folder / "local-identity.pt", run_folder / "local-identity-eval.pt"
-    if not (training.exists() and evaluation.exists()):
+    folder = Path(os.environ["FFJOBS_TEST_RUN_DIR"]) / "local"
+    made = [folder / path for path in LOCAL_ENCODERS]
+    if not all(path.exists() for path in made):
         _allow_more_time(2 * PRETRAIN_S)
-    faces = run_folder / "local-faces"
-    synth = config.data.synth
-
-    def make_faces(path: Path) -> None:
-        from ffjobs.data.synth import generate_dataset
-
-        generate_dataset(path, synth.identities, synth.per_identity, synth.size, seed=synth.seed)
-
-    make_once(faces, make_faces, what="the default synthetic faces")
-    make_once(
-        training,
-        lambda path: train_identity_encoder(
-            config.model, faces, path, steps=DEFAULT_PRETRAIN_STEPS, seed=config.train.seed
-        ),
-        what="the local preset's identity encoder",
-    )
-    make_once(
-        evaluation,
-        lambda path: train_identity_encoder(
-            evaluation_identity_settings(config),
-            faces,
-            path,
-            steps=PRETRAIN_STEPS,
-            seed=config.evaluate.identity_seed,
-        ),
-        what="the local preset's evaluation encoder",
-    )
-    return training, evaluation
+        folder.mkdir(exist_ok=True)
+        with contextlib.chdir(folder):  # where the preset's relative paths point
+            config = load_config("local")
+            ensure_demo_inputs(config)
+            ensure_evaluation_encoder(config)
+    return made
 
 
 PRETRAIN_S = 900
