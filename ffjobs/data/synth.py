@@ -15,6 +15,7 @@ import numpy as np
 
 from ffjobs.data.faces import Identity, Variation, identity_name, render_face
 from ffjobs.data.worker_process import WorkerProcess
+from ffjobs.errors import UserError
 
 PARALLEL_FROM = 512
 """Datasets of at least this many images are rendered by a process pool, one identity a task."""
@@ -144,4 +145,16 @@ def ensure_dataset(
 
     out = Path(out_dir)
     make_once(out, make, what="the synthetic dataset", complete=dataset_complete)
+    try:
+        made_with = json.loads((out / COMPLETE_MARKER).read_text())
+    except (OSError, ValueError):
+        made_with = {}
+    if not isinstance(made_with, dict) or any(made_with.get(k) != v for k, v in arguments.items()):
+        said = ", ".join(f"{k}={v}" for k, v in arguments.items())
+        found = ", ".join(f"{k}={made_with.get(k)}" for k in arguments) if made_with else "?"
+        raise UserError(
+            f"data.synth: {out} holds synthetic faces generated with {found}, not with this "
+            f"config's {said}; they are not reused. Remove {out} to generate the new set there, "
+            "or give each set its own data.source folder (ffjobs data synth)"
+        )
     return out

@@ -5,6 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+PROJECT_TRAINING_ENCODER = "runs/models/identity.pt"
+"""Where the embedded default keeps the training loss's encoder, pre-trained by ffjobs."""
+PROJECT_EVALUATION_ENCODER = "runs/models/identity-eval.pt"
+"""Where the evaluation's recogniser is pre-trained by ffjobs (``evaluate.identity_weights``'s
+default)."""
+PROJECT_ENCODERS = (PROJECT_TRAINING_ENCODER, PROJECT_EVALUATION_ENCODER)
+"""Files only ffjobs writes (see :mod:`ffjobs.models.prepare`)."""
+
 
 @dataclass
 class LossWeights:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -53,15 +53,22 @@ class IdentityPretrainResult:
         return asdict(self)
 
 
-def load_identity_folders(root: str | Path, size: int) -> tuple[Tensor, Tensor, list[str]]:
-    """Read ``root/<identity>/<image>`` into ``(images in [-1, 1], labels, identity names)``."""
+def load_identity_folders(
+    root: str | Path, size: int, identities: Collection[str] | None = None
+) -> tuple[Tensor, Tensor, list[str]]:
+    """Read ``root/<identity>/<image>`` into ``(images in [-1, 1], labels, identity names)``;
+    only the folders named in ``identities`` when it is given."""
     root = Path(root)
     if not root.is_dir():
         raise UserError(
             f"{root}: dataset directory not found; generate it with "
             f"'ffjobs data synth' or pass --data DIR with identity folders"
         )
-    names = sorted(p.name for p in root.iterdir() if p.is_dir())
+    names = sorted(
+        p.name
+        for p in root.iterdir()
+        if p.is_dir() and (identities is None or p.name in identities)
+    )
     images, labels = [], []
     for label, name in enumerate(names):
         files = sorted(p for p in (root / name).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
@@ -121,7 +128,9 @@ def _augment(images: Tensor, generator: torch.Generator) -> Tensor:
 @torch.no_grad()
 def _evaluate(backbone: nn.Module, head: CosFaceHead, images: Tensor, labels: Tensor):
     backbone.eval()
-    embeddings = torch.cat([backbone(chunk) for chunk in images.split(64)])
+    device = next(backbone.parameters()).device
+    embeddings = torch.cat([backbone(chunk.to(device)).cpu() for chunk in images.split(64)])
+    head = head.cpu()
     accuracy = float((head.cosines(embeddings).argmax(1) == labels).float().mean())
     normed = F.normalize(embeddings, dim=1)
     cosines = normed @ normed.t()
@@ -142,15 +151,19 @@ def train_identity_encoder(
     lr: float = 2e-3,
     seed: int = 0,
     heldout_per_identity: int = 2,
+    identities: Collection[str] | None = None,
     on_step: Callable[[int, float], None] | None = None,
 ) -> IdentityPretrainResult:
-    """Train ``cfg``'s identity backbone as an identity classifier; save its state_dict at ``out``."""
+    """Train ``cfg``'s identity backbone as an identity classifier of ``identities`` (default:
+    every identity folder of ``data_root``), on the GPU when there is one; save its
+    state_dict (CPU tensors) at ``out``."""
     started = time.perf_counter()
     torch.manual_seed(seed)
-    images, labels, names = load_identity_folders(data_root, cfg.identity_input_size)
+    images, labels, names = load_identity_folders(data_root, cfg.identity_input_size, identities)
     train_idx, heldout_idx = split_heldout_images(labels, heldout_per_identity)
-    backbone = build_identity_backbone(cfg)
-    head = CosFaceHead(cfg.identity_dim, len(names))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # 256 px presets
+    backbone = build_identity_backbone(cfg).to(device)
+    head = CosFaceHead(cfg.identity_dim, len(names)).to(device)
     params = [p for p in backbone.parameters() if p.requires_grad] + list(head.parameters())
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=5e-4)
     warmup = max(1, steps // 20)
@@ -165,8 +178,8 @@ def train_identity_encoder(
     for step in range(steps):
         backbone.train()
         pick = train_idx[torch.randint(len(train_idx), (batch_size,), generator=sampler)]
-        batch = _augment(images[pick], sampler)
-        loss = head(backbone(batch), labels[pick])
+        batch = _augment(images[pick], sampler).to(device, non_blocking=True)
+        loss = head(backbone(batch), labels[pick].to(device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -182,7 +195,7 @@ def train_identity_encoder(
     out.parent.mkdir(parents=True, exist_ok=True)
     temporary = temporary_sibling(out)  # unique: two trainings into one file do not mix
     try:
-        torch.save(backbone.state_dict(), temporary)
+        torch.save({k: v.cpu() for k, v in backbone.state_dict().items()}, temporary)
         temporary.replace(out)
     finally:
         temporary.unlink(missing_ok=True)

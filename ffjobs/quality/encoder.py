@@ -3,14 +3,14 @@
 It is described by ``evaluate.identity_*`` in the same terms as ``model.identity_*`` (an
 iresnet of an arch, width, input size and embedding size, arcface_torch layout), so the same
 builder, loader and pre-training serve both. At its default path it is the project's own,
-pre-trained on ``data.source`` with another seed, arch and input size than the training
-encoder when the file is missing; any other path is the user's and must exist.
+pre-trained on ``data.source``'s training identities with another seed, arch and input size
+than the training encoder when the file is missing or stale; any other path is the user's and
+must exist.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 from ffjobs.config import Config
@@ -37,35 +37,26 @@ def evaluation_identity_settings(config: Config) -> ModelConfig:
 
 
 def ensure_evaluation_encoder(config: Config) -> None:
-    """Pre-train the project's evaluation encoder if it is configured at its default path and
-    missing (once, however many processes ask at the same time: written aside, then renamed
-    into place, see :func:`ffjobs.shared_inputs.make_once`); refuse a user's path that does
-    not exist."""
+    """Pre-train the project's evaluation encoder, on the training identities only, if it is
+    configured at its default path and missing or stale (once, however many processes ask at
+    the same time: :func:`ffjobs.models.prepare.ensure_pretrained_encoder`); refuse a user's
+    path that does not exist."""
     weights = Path(config.evaluate.identity_weights)
-    if weights.exists():
-        return
-    if config.evaluate.identity_weights != DEFAULT_EVALUATION_ENCODER:
+    if not weights.exists() and config.evaluate.identity_weights != DEFAULT_EVALUATION_ENCODER:
         raise UserError(
             f"evaluate.identity_weights: {weights} not found; point it at an arcface_torch "
             "state_dict (with evaluate.identity_width 1.0, identity_input_size 112, identity_dim "
             f"512) or leave it at {DEFAULT_EVALUATION_ENCODER} to pre-train the project's own"
         )
-    from ffjobs.data.demo import ensure_identity_dataset
-    from ffjobs.models.identity_pretrain import train_identity_encoder
-    from ffjobs.shared_inputs import make_once
+    from ffjobs.models.prepare import ensure_pretrained_encoder
 
-    def make(path: Path) -> None:
-        data = ensure_identity_dataset(config)
-        print(f"pre-training the evaluation identity encoder into {weights}", file=sys.stderr)
-        train_identity_encoder(
-            evaluation_identity_settings(config),
-            data,
-            path,
-            steps=PRETRAIN_STEPS,
-            seed=config.evaluate.identity_seed,
-        )
-
-    make_once(weights, make, what="the evaluation identity encoder")
+    ensure_pretrained_encoder(
+        config,
+        evaluation_identity_settings(config),
+        seed=config.evaluate.identity_seed,
+        what="the evaluation identity encoder",
+        steps=PRETRAIN_STEPS,
+    )
 
 
 def load_evaluation_encoder(config: Config) -> IdentityEncoder:

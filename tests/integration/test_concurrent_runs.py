@@ -115,7 +115,9 @@ def test_two_runs_started_together_make_the_shared_inputs_once(tmp_path):
         ".identity-eval.pt.lock",
         ".identity.pt.lock",
         "identity-eval.pt",
+        "identity-eval.pt.json",  # what made it (ffjobs.models.prepare)
         "identity.pt",
+        "identity.pt.json",
     ]
     assert sorted(p.name for p in dataset.parent.iterdir()) == [".synthetic.lock", "synthetic"]
 

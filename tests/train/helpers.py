@@ -77,9 +77,12 @@ def place_local_encoders(workdir: Path) -> None:
     has its own test (tests/integration/test_concurrent_runs.py)."""
     import shutil
 
+    from ffjobs.models.prepare import encoder_record
+
     for made, wanted in zip(_local_encoders(), LOCAL_ENCODERS, strict=True):
         if not (workdir / wanted).exists():
             (workdir / wanted).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(encoder_record(made), encoder_record(workdir / wanted))
             shutil.copyfile(made, workdir / wanted)
 
 
