@@ -144,12 +144,14 @@ def test_each_run_is_its_own_and_resume_continues_one(tmp_path):
 @pytest.mark.timeout(RUN_S + 60)  # one run, the checks
 def test_a_run_measures_its_model_on_held_out_identities_as_it_trains(tmp_path):
     place_local_encoders(tmp_path)  # the evaluation recogniser, where the preset looks for it
-    every = ["--set", "evaluate.every_steps=2", "--set", "data.synth.identities=10"]
+    every = ["--set", "evaluate.every_steps=2",  # on the preset's own data, as the encoders
+             "--set", "data.synth.identities=24", "--set", "data.synth.per_identity=8"]  # fmt: skip
     done = ffjobs_run(tmp_path, *QUICK, *every, *UP_TO_TRAIN, "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [x for x in done.stderr.splitlines() + done.stdout.splitlines() if "held-out at" in x]
     assert [x.split(":")[0] for x in lines] == ["held-out at step 2", "held-out at step 4"], lines
-    assert "2 held-out identities" in lines[-1] and " [" in lines[-1]  # with its interval
+    assert "5 held-out identities" in lines[-1] and " [" in lines[-1]  # with its interval
+    assert "pre-training" not in done.stderr  # the encoders placed were made from this data
     run = json.loads(done.stdout)
     history = snapshot(mlflow_client(tmp_path), run["mlflow_run_id"])["metrics"]
     for metric in ("heldout_identity_top1", "heldout_identity_cosine", "heldout_psnr"):
@@ -203,6 +205,7 @@ def test_a_blocked_gate_stops_the_run_and_register_says_why(tmp_path):
     result = ffjobs_run(tmp_path, *QUICK, "--stages", "validate,train,evaluate,register",
                         "--set", "data.synth.identities=10",  # 2 held out to evaluate on
                         "--set", "evaluate.identity_weights=encoder.pt",
+                        "--set", "evaluate.gate.min_identity_top1=0",
                         "--set", "evaluate.gate.min_psnr=99")  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr[-2000:]  # a negative verdict
     assert "[blocked] evaluate" in result.stdout and "register" not in result.stdout

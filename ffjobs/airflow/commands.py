@@ -151,6 +151,11 @@ def _report(airflow: Any, client: Any, run_id: str, followed: Any, injected_at: 
         record, config = load_record(run_dir)
         lines.append(f"run {record['key']}: {run_dir_text}")
         lines += follow.recovery_lines(follow.read_attempts(run_dir), injected_at)
+        lines += [
+            f"evaluate: {stage['summary']}"
+            for stage in record.get("stages", [])
+            if stage.get("name") == "evaluate" and stage.get("summary")
+        ]
     if followed.awaiting_review:
         outcome = f"awaiting review ({', '.join(followed.awaiting_review)})"
     else:

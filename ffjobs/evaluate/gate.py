@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ffjobs.quality.config import GateConfig
 from ffjobs.quality.metrics import BETTER_WHEN_HIGHER
-
-UNCHANGED = "the target unchanged"
+from ffjobs.quality.significance import margin
 
 
 @dataclass
 class GateDecision:
     passed: bool
     reasons: list[str] = field(default_factory=list)
-    """One line per check, e.g. ``identity_top1 0.150 > 0.000 (the target unchanged)``
-    or ``psnr 18.10 < champion 19.40 - 0``."""
+    """One line per check, e.g. ``identity_top1 0.625 >= 0.375 (above chance 0.2: 40 pairs
+    need 0.375 at the 0.01 level)`` or ``psnr 18.10 < champion 19.40 - 0``."""
     failures: list[str] = field(default_factory=list)
     """The reasons of the checks that failed."""
 
@@ -28,13 +28,17 @@ class GateDecision:
         return asdict(self)
 
 
-def thresholds(gate: GateConfig, unchanged: Mapping[str, float]) -> dict[str, tuple[float, str]]:
-    """``metric -> (bound, where it comes from)``. A set threshold is met by reaching it;
-    retrieval left unset must beat ``unchanged["identity_top1"]``, what returning the target
-    unchanged scores (strictly: reaching it means no identity moved)."""
+def thresholds(gate: GateConfig, vs_chance: Mapping[str, Any]) -> dict[str, tuple[float, str]]:
+    """``metric -> (bound, where it comes from)``; each is met by reaching it. Retrieval left
+    unset must reach the floor of :func:`ffjobs.quality.significance.versus_chance`: chance
+    (1 / held-out identities) plus the margin the set's number of pairs needs for retrieval
+    to be above chance at its level."""
     found = {}
     if gate.min_identity_top1 is None:
-        found["identity_top1"] = (unchanged["identity_top1"], UNCHANGED)
+        found["identity_top1"] = (
+            vs_chance["floor"],
+            f"above chance {vs_chance['chance']:.3g}: {margin(vs_chance)}",
+        )
     for metric, minimum in (
         ("identity_top1", gate.min_identity_top1),
         ("identity_cosine", gate.min_identity_cosine),
@@ -50,18 +54,18 @@ def decide(
     metrics: Mapping[str, float],
     gate: GateConfig,
     *,
-    unchanged: Mapping[str, float],
+    vs_chance: Mapping[str, Any],
     champion: Mapping[str, float] | None,
 ) -> GateDecision:
-    """Check ``metrics`` against the thresholds (``unchanged``: the identity metrics of
-    returning the target unchanged, see :func:`thresholds`) and the champion's metrics."""
+    """Check ``metrics`` against the thresholds (``vs_chance``: retrieval against chance on
+    this set, see :func:`thresholds`) and the champion's metrics."""
     checks: list[tuple[bool, str]] = []
-    for metric, (minimum, source) in thresholds(gate, unchanged).items():
+    for metric, (minimum, source) in thresholds(gate, vs_chance).items():
         value = metrics[metric]
-        strict = source == UNCHANGED
-        ok = value > minimum if strict else value >= minimum
-        sign = (">" if strict else ">=") if ok else ("<=" if strict else "<")
-        checks.append((ok, f"{metric} {_num(value)} {sign} {_num(minimum)} ({source})"))
+        ok = value >= minimum
+        checks.append(
+            (ok, f"{metric} {_num(value)} {'>=' if ok else '<'} {_num(minimum)} ({source})")
+        )
     for metric, theirs in (champion or {}).items():
         if metric not in metrics or metric not in gate.compare:
             continue

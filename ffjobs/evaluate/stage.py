@@ -33,7 +33,7 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     from ffjobs.quality.encoder import describe_evaluation_encoder, load_evaluation_encoder
     from ffjobs.quality.evalset import build_evaluation_set
     from ffjobs.quality.measure import measure, unchanged_target_scores
-    from ffjobs.quality.significance import LEVEL, metric_intervals, versus_chance
+    from ffjobs.quality.significance import LEVEL, describe_metrics, metric_intervals, versus_chance
 
     model, step, evaluated = _candidate(config, run, model_uri)
     evalset = build_evaluation_set(config, run.facts("validate").get("quarantine"))
@@ -53,14 +53,13 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
         if champion is None
         else measure(champion.model, evalset, encoder, extractors, **options)
     )
+    vs_chance = versus_chance(ours.metrics["identity_top1"], ours.pairs, evalset.identities)
     decision = decide(
         ours.metrics,
         config.evaluate.gate,
-        unchanged=unchanged,
+        vs_chance=vs_chance,
         champion=None if theirs is None else theirs.metrics,
     )
-
-    vs_chance = versus_chance(ours.metrics["identity_top1"], ours.pairs, evalset.identities)
     out = run.stage_dir("evaluate")
     shown = slice(0, config.evaluate.samples)
     rows = [
@@ -104,12 +103,7 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     }
     Path(facts["report"]).write_text(json.dumps(facts, indent=2) + "\n")
 
-    measured = ", ".join(f"{k} {v:.3g}" for k, v in ours.metrics.items())
-    if not vs_chance["distinguishable"]:  # said wherever the verdict is read
-        measured += (
-            f" (identity_top1 not distinguishable from chance {vs_chance['chance']:.3g}: "
-            f"{ours.pairs} pairs need {vs_chance['floor']:.3g} at the {vs_chance['alpha']:g} level)"
-        )
+    measured = describe_metrics(ours.metrics, facts["intervals"], vs_chance)
     against = (
         f"vs champion v{champion.version}"
         if champion is not None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from statistics import NormalDist
+from typing import Any
 
 LEVEL = 0.95
 """Confidence level of the intervals an evaluation reports."""
@@ -118,9 +119,47 @@ def versus_chance(rate: float, pairs: int, identities: int, alpha: float = ALPHA
     ``alpha`` needs, the p-value of ``rate``, and whether it is distinguishable from chance."""
     floor = chance_floor(pairs, identities, alpha)
     return {
+        "pairs": pairs,
         "chance": 1.0 / identities,
         "alpha": alpha,
         "floor": floor,
         "p_value": chance_p_value(rate, pairs, identities),
         "distinguishable": rate >= floor,
     }
+
+
+UNITS = {"psnr": " dB"}
+
+
+def describe_metrics(
+    metrics: Mapping[str, float],
+    intervals: Mapping[str, Sequence[float]],
+    vs_chance: Mapping[str, Any] | None,
+) -> str:
+    """One line of what was measured, each metric with its interval at :data:`LEVEL`, and
+    identity retrieval against chance (:func:`versus_chance`): the evaluate stage's summary,
+    the training probe's progress line and the demo's last lines all say it this way."""
+    parts = []
+    for name, value in metrics.items():
+        text = f"{name} {value:.3g}{UNITS.get(name, '')}"
+        if name in intervals:
+            low, high = intervals[name]
+            text += f" [{low:.3g}, {high:.3g}]"
+        if name == "identity_top1" and vs_chance:
+            verdict = (
+                "above chance"
+                if vs_chance["distinguishable"]
+                else "not distinguishable from chance"
+            )
+            text += f" ({verdict} {vs_chance['chance']:.3g}: {margin(vs_chance)})"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def margin(vs_chance: Mapping[str, Any]) -> str:
+    """What the set's size asks of retrieval: ``40 pairs need 0.375 at the 0.01 level``, or
+    that no rate is enough on so few pairs."""
+    pairs, alpha = vs_chance["pairs"], vs_chance["alpha"]
+    if vs_chance["floor"] > 1:
+        return f"{pairs} pairs are too few to tell it from chance at the {alpha:g} level"
+    return f"{pairs} pairs need {vs_chance['floor']:.3g} at the {alpha:g} level"

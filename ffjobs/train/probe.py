@@ -29,7 +29,7 @@ from ffjobs.models.swap import FaceSwap
 from ffjobs.quality.encoder import build_recogniser
 from ffjobs.quality.evalset import EvaluationSet, build_evaluation_set
 from ffjobs.quality.measure import Extractors, measure
-from ffjobs.quality.significance import versus_chance, wilson_interval
+from ffjobs.quality.significance import describe_metrics, versus_chance, wilson_interval
 from ffjobs.train.distributed import print0
 
 METRICS = ("identity_top1", "identity_cosine", "psnr", "ssim")
@@ -98,14 +98,11 @@ class TrainingProbe:
         evalset = self._evalset
         assert evalset is not None, "measure first"
         pairs, identities = len(evalset.targets), evalset.identities
-        top1 = metrics["heldout_identity_top1"]
-        low, high = wilson_interval(top1, pairs)
-        chance = versus_chance(top1, pairs, identities)
-        verdict = "above chance" if chance["distinguishable"] else "not distinguishable from chance"
-        return (
-            f"held-out at step {step}: identity_top1 {top1:.3g} [{low:.3g}, {high:.3g}], "
-            f"{verdict} {chance['chance']:.3g} ({pairs} pairs need {chance['floor']:.3g} at the "
-            f"{chance['alpha']:g} level); identity_cosine {metrics['heldout_identity_cosine']:.3g}, "
-            f"psnr {metrics['heldout_psnr']:.3g} dB, ssim {metrics['heldout_ssim']:.3g}; "
-            f"{identities} held-out identities"
+        measured = {name: metrics[f"heldout_{name}"] for name in METRICS}
+        top1 = measured["identity_top1"]
+        described = describe_metrics(
+            measured,
+            {"identity_top1": wilson_interval(top1, pairs)},
+            versus_chance(top1, pairs, identities),
         )
+        return f"held-out at step {step}: {described}; {identities} held-out identities"

@@ -35,9 +35,8 @@ TINY = [
     "train.log_every=2",
     "train.batch_size=4",
     "model.identity_weights=null",
-    "data.synth.identities=10",  # 2 held out (val_fraction 0.2) for the evaluation
-    "data.synth.per_identity=4",
     "evaluate.gate.min_ssim=0",  # 4 steps cannot pass the quality floor; the wiring is checked
+    "evaluate.gate.min_identity_top1=0",
     "registry.review_timeout_h=0",  # dag.test() waits on a review forever: none asked
 ]
 

@@ -47,7 +47,10 @@ TINY = {
     "train": {"steps": 4, "checkpoint_every": 2, "log_every": 2, "batch_size": 4},
     "slurm": {"tasks_per_node": 1},
     # 4 steps cannot pass the quality floor; the wiring is checked
-    "evaluate": {"gate": {"min_ssim": 0}, "identity_weights": EVALUATION_ENCODER},
+    "evaluate": {
+        "gate": {"min_ssim": 0, "min_identity_top1": 0},
+        "identity_weights": EVALUATION_ENCODER,
+    },
 }
 
 

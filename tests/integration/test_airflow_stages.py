@@ -49,6 +49,7 @@ CONF = {
         "train.batch_size=4",
         "model.identity_weights=null",
         "evaluate.gate.min_ssim=0",  # 4 steps cannot pass the quality floor; the wiring is checked
+        "evaluate.gate.min_identity_top1=0",
         f"evaluate.identity_weights={EVALUATION_ENCODER}",
         "registry.review_timeout_h=0",  # no reviewer here: the review task is skipped
     ],

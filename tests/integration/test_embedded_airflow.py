@@ -27,6 +27,7 @@ TINY = [
     "train.batch_size=4",
     "model.identity_weights=null",
     "evaluate.gate.min_ssim=0",  # 4 steps cannot pass the quality floor; the path is checked
+    "evaluate.gate.min_identity_top1=0",
     f"evaluate.identity_weights={EVALUATION_ENCODER}",
 ]
 # Starting Airflow takes up to a minute on two busy cores; each of the five tasks starts an
@@ -74,6 +75,9 @@ def test_demo_path_recovers_reuses_and_stops_clean(tmp_path):
         assert f"Airflow:  {airflow.settings().url}  (user admin" in out
         assert "mlflow ui --backend-store-uri sqlite:///runs/mlflow.db" in out
         assert "ffjobs registry approve " in out  # the model's name and version, ready to run
+        evaluated = next(line for line in out.splitlines() if line.startswith("evaluate: "))
+        assert "identity_top1 " in evaluated and "chance 0.2:" in evaluated  # 5 held out
+        assert " dB [" in evaluated  # each metric with its interval: psnr's too
         key = next(
             line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("run ")
         )
