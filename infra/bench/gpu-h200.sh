@@ -23,7 +23,8 @@ launch() {  # launch NAME SECONDS [bench train arguments ...]
   local started=$SECONDS
   env AUTOTUNE_TRACE="$results/$name.autotune.jsonl" COMPILE_TIMES="$results/$name.compile-times" \
     PYTHONPATH=$PWD/infra/bench/autotune_trace:$PWD timeout "$limit" \
-    python -m ffjobs.cli bench train --config train-256 --json --warmup 15 --steps 40 "$@" \
+    python -m ffjobs.cli bench train --config train-256 --json --warmup 15 --steps 40 \
+    --set model.identity_weights=null "$@" \
     >"$results/$name.json" 2>"$results/$name.log"
   echo "$name: exit $? in $((SECONDS - started)) s" | tee -a "$results/times.txt"
   tar czf "$out/warm.tgz" -C "$work" warm

@@ -14,8 +14,8 @@ machine_facts() {
 jpeg_set() {
   PYTHONPATH=$PWD timeout 200 python -c "
 from ffjobs.config import load_config, resolve_preset
-from ffjobs.models.prepare import ensure_demo_inputs
-ensure_demo_inputs(load_config(resolve_preset('train-256')))" >"$1" 2>&1
+from ffjobs.data.demo import ensure_demo_dataset
+ensure_demo_dataset(load_config(resolve_preset('train-256')))" >"$1" 2>&1
 }
 
 # `bench_start NAME OUTDIR`: sets out=OUTDIR (made), work (a new scratch folder) and

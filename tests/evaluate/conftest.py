@@ -46,6 +46,10 @@ TINY = [
     "train.progress=false",
     "slurm.tasks_per_node=1",
     "tracking.enabled=false",
+    # 24 pairs of 4 identities need 12 right to be above chance at the 0.01 level, a bar this
+    # model clears on some platforms' trajectories only (see the retrieval test): these tests
+    # are about the measurement; the chance floor has its own (test_chance_gate.py)
+    "evaluate.gate.min_identity_top1=0",
 ]
 """200 steps at batch 8 on 12 synthetic identities (4 held out), identity and reconstruction
 weighted up, learn enough to beat an untrained model on held-out identities as an independent
