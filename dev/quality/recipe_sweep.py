@@ -45,6 +45,7 @@ RECIPE = [
 """The first recipe that moved identity within 200 steps; ``configs/local.yaml`` trains with
 it less the cross-identity pairs (``recipe-cross``, which did as well or better)."""
 VARIANTS = {
+    "local": [],  # configs/local.yaml as it is
     "before": BEFORE,
     "no-norm+cosine": [*BEFORE, "model.generator_norm=none", "train.lr_schedule=cosine"],
     "recipe": RECIPE,
@@ -55,6 +56,11 @@ VARIANTS = {
     "recipe-norm": [*RECIPE, "model.generator_norm=instance"],
     "recipe+lr2e-3": [*RECIPE, "train.lr=2e-3", "train.lr_discriminator=2e-3"],
     "recipe+recon3": [*RECIPE, "model.losses.reconstruction=3"],
+    "no-norm": ["model.generator_norm=none", "model.losses.identity=30"],
+    "no-norm+lr1e-3": [
+        "model.generator_norm=none", "model.losses.identity=30", "train.lr=1e-3",
+        "train.lr_discriminator=1e-3", "train.lr_schedule=cosine",
+    ],
 }  # fmt: skip
 
 
@@ -82,11 +88,12 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
     parser.add_argument("--set", action="append", default=[], help="for every variant")
     parser.add_argument("--untrained", action="store_true", help="measure step 0 too")
+    parser.add_argument("--preset", default="local", help="the config the variants change")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.chdir(args.out)  # runs/data, runs/models: the preset's relative paths
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    base = load_config("local", [*BASE, *args.set])
+    base = load_config(args.preset, [*BASE, *args.set])
     ensure_demo_inputs(base)
     ensure_evaluation_encoder(base)
     curves: dict = {}
@@ -96,7 +103,7 @@ def main() -> None:
                     f"evaluate.every_steps={args.every}", f"train.log_every={args.every}",
                     f"train.checkpoint_every={args.steps}",
                     f"train.checkpoint_dir={args.out / 'ckpt' / name / str(seed)}"]  # fmt: skip
-            config = load_config("local", sets)
+            config = load_config(args.preset, sets)
             curve = Curve()
             started = time.perf_counter()
             trainer = Trainer(
