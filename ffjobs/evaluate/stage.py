@@ -32,7 +32,8 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     from ffjobs.evaluate.samples import SampleRow, identity_captions, save_sample_grid
     from ffjobs.quality.encoder import describe_evaluation_encoder, load_evaluation_encoder
     from ffjobs.quality.evalset import build_evaluation_set
-    from ffjobs.quality.measure import measure, unchanged_target_scores
+    from ffjobs.quality.measure import measure, swap_scores, unchanged_target_scores
+    from ffjobs.quality.reference import ground_truth_swaps
     from ffjobs.quality.significance import LEVEL, describe_metrics, metric_intervals, versus_chance
 
     model, step, evaluated = _candidate(config, run, model_uri)
@@ -43,6 +44,15 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     options = {"batch_size": config.evaluate.batch_size, "device": device}
     ours = measure(model, evalset, encoder, extractors, **options)
     unchanged = unchanged_target_scores(evalset, encoder, **options)
+    truth = ground_truth_swaps(config, evalset)
+    if isinstance(truth, str):
+        ground_truth: dict[str, Any] = {"skipped": truth}
+    else:
+        best = swap_scores(truth, evalset, encoder, **options)
+        ground_truth = {
+            **best,
+            "model_share": {k: ours.metrics[k] / v for k, v in best.items() if v > 0},
+        }
 
     try:
         champion = load_champion(config)
@@ -84,6 +94,7 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
         "eval_set": evalset.size(),
         "encoder": describe_evaluation_encoder(config),
         "unchanged_target": unchanged,
+        "ground_truth_swap": ground_truth,
         "chance_identity_top1": 1.0 / evalset.identities,
         "intervals": metric_intervals(ours.metrics, ours.per_pair, ours.pairs),
         "interval_level": LEVEL,
@@ -104,6 +115,11 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     Path(facts["report"]).write_text(json.dumps(facts, indent=2) + "\n")
 
     measured = describe_metrics(ours.metrics, facts["intervals"], vs_chance)
+    if "skipped" not in ground_truth:
+        measured += (
+            f"; the ground-truth swap scores identity_top1 {ground_truth['identity_top1']:.3g}, "
+            f"identity_cosine {ground_truth['identity_cosine']:.3g}"
+        )
     against = (
         f"vs champion v{champion.version}"
         if champion is not None
@@ -111,6 +127,13 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     )
     metrics = {f"eval_{k}": v for k, v in ours.metrics.items()}
     metrics["eval_gate_passed"] = float(decision.passed)
+    if "skipped" not in ground_truth:
+        metrics.update(
+            {
+                f"eval_ground_truth_{k}": ground_truth[k]
+                for k in ("identity_top1", "identity_cosine")
+            }
+        )
     outcome = dict(artifacts=[facts["report"], facts["samples"]], metrics=metrics, facts=facts)
     if not decision.passed:
         summary = f"gate blocked {evaluated}: " + "; ".join(decision.failures)

@@ -9,7 +9,7 @@ an image of another held-out identity; the choice is :class:`FacePairDataset`'s,
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -29,6 +29,8 @@ class EvaluationSet:
     targets: Tensor
     """Image index of each pair's target."""
     identities: int
+    paths: list[str] = field(default_factory=list)
+    """Each image's path in the dataset (relative to ``data.source``)."""
 
     def size(self) -> dict[str, int]:
         """The stage's ``eval_set`` fact."""
@@ -82,4 +84,5 @@ def build_evaluation_set(config: Config, quarantine: str | None = None) -> Evalu
         sources=torch.tensor([position[i] for i in sources]),
         targets=torch.tensor([position[i] for i in chosen]),
         identities=len(labels.unique()),
+        paths=[pairs.index[i].path for i in needed],
     )

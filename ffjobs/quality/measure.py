@@ -118,21 +118,35 @@ def measure(
 
 
 @torch.no_grad()
-def unchanged_target_scores(
-    evalset: EvaluationSet, encoder: nn.Module, *, batch_size: int, device: torch.device
+def swap_scores(
+    swapped: Tensor,
+    evalset: EvaluationSet,
+    encoder: nn.Module,
+    *,
+    batch_size: int,
+    device: torch.device,
 ) -> dict[str, float]:
-    """The identity metrics of a swap that returns the target unchanged: the floor a model
-    must rise above to have moved any identity from the source."""
+    """The identity metrics of given swaps, one image per pair of ``evalset``: the target
+    unchanged (the floor a model must rise above to have moved any identity) or the ground
+    truth (:mod:`ffjobs.quality.reference`, the most it can reach)."""
     encoder = encoder.to(device).eval()
     gallery = embed(encoder, evalset.images, batch_size, device)
     centres, identities = m.identity_gallery(gallery, evalset.labels)
-    targets = gallery[evalset.targets]
+    embedded = embed(encoder, swapped, batch_size, device)
     return {
         "identity_top1": m.identity_top1(
-            targets, evalset.labels[evalset.sources], centres, identities
+            embedded, evalset.labels[evalset.sources], centres, identities
         ),
-        "identity_cosine": m.identity_cosine(targets, gallery[evalset.sources]),
+        "identity_cosine": m.identity_cosine(embedded, gallery[evalset.sources]),
     }
+
+
+def unchanged_target_scores(
+    evalset: EvaluationSet, encoder: nn.Module, *, batch_size: int, device: torch.device
+) -> dict[str, float]:
+    """:func:`swap_scores` of returning each target unchanged."""
+    targets = evalset.images[evalset.targets]
+    return swap_scores(targets, evalset, encoder, batch_size=batch_size, device=device)
 
 
 def _resize(images: Tensor, size: int) -> Tensor:

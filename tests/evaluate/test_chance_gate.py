@@ -49,6 +49,12 @@ def test_the_gate_blocks_a_model_at_chance_and_passes_the_demos_model(tmp_path):
     chance = evaluation["facts"]["identity_top1_vs_chance"]
     assert (chance["pairs"], chance["chance"], chance["floor"]) == (40, 0.2, 0.375)
     assert chance["distinguishable"] and "(above chance 0.2: " in evaluation["summary"]
+    # the demo's set is the generator's: its ground-truth swaps are the reference the model's
+    # scores are read against (a recogniser that tells the held-out identities apart)
+    truth = evaluation["facts"]["ground_truth_swap"]
+    assert truth["identity_top1"] > chance["floor"], truth
+    assert 0 < truth["model_share"]["identity_top1"] <= 1.5, truth
+    assert "the ground-truth swap scores identity_top1 " in evaluation["summary"]
 
     with contextlib.chdir(tmp_path):  # the preset's relative paths: data, encoders
         config = load_config("local")
