@@ -32,3 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from ffjobs.bench import numerics
 
     numerics.register(actions)
+
+    from ffjobs.bench import quality
+
+    quality.register(actions)

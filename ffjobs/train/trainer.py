@@ -362,7 +362,7 @@ class Trainer:
                 self.stop.agree(self.device, self.world_size)
             if self.probe is not None and self.probe.due(step):
                 with self.meter.excluded(), record_function("ffjobs.probe"):
-                    self._measure_held_out(step)
+                    self.measure_held_out(step)
             if step % self.tc.checkpoint_every == 0 or last or self.stop.requested:
                 with self.meter.excluded(), self.stop.busy():
                     result.last_checkpoint = self.save() or result.last_checkpoint
@@ -397,7 +397,7 @@ class Trainer:
             self.logger.log_metrics(tracked, step)
         return metrics
 
-    def _measure_held_out(self, step: int) -> None:
+    def measure_held_out(self, step: int) -> None:
         """The probe's measurement of the weights a checkpoint hands on, logged at ``step``."""
         assert self.probe is not None
         weights = self.ema.module if self.ema is not None else self.g_module
