@@ -58,7 +58,7 @@ def test_resumes_are_recorded_beside_the_original_config_and_make_the_run_config
     original = (run.dir / "config.json").read_bytes()
 
     lines: list[str] = []
-    config = resumed_config("tuned", ["train.lr=1e-3", "train.steps=400"])
+    config = resumed_config("tuned", ["train.lr=3e-3", "train.steps=400"])
     resume_run("tuned", config, echo=lines.append)
     config = resumed_config("tuned", ["train.lr=5e-4"])
     resume_run("tuned", config, echo=lines.append)
@@ -68,14 +68,14 @@ def test_resumes_are_recorded_beside_the_original_config_and_make_the_run_config
     assert (run.dir / "config.json").read_bytes() == original
     record, effective = load_record(run.dir)
     assert [(r["pass"], r["overrides"], r["step"]) for r in record["resumes"]] == [
-        (2, {"train.lr": 0.001, "train.steps": 400}, None),
+        (2, {"train.lr": 0.003, "train.steps": 400}, None),
         (3, {"train.lr": 0.0005}, None),
     ]
     assert record["passes"] == 4
     assert (effective.train.lr, effective.train.steps) == (0.0005, 400)
     assert resumed_config("tuned", []).train.lr == 0.0005
     assert lines == [
-        "run tuned resumed with train.steps=400, train.lr=0.001 (pass 2)",
+        "run tuned resumed with train.steps=400, train.lr=0.003 (pass 2)",
         "run tuned resumed with train.lr=0.0005 (pass 3)",
     ]
 
@@ -131,6 +131,7 @@ def test_a_new_learning_rate_reaches_the_optimizer_and_mlflow_with_its_step(tmp_
         "train.steps=4",
         "train.log_every=2",
         "train.checkpoint_every=2",
+        "train.lr_schedule=constant",  # the optimizer's rate at step 6 is the rate set
         "train.progress=false",
         "model.identity_weights=null",
         f"tracking.tracking_uri={uri}",
@@ -144,39 +145,39 @@ def test_a_new_learning_rate_reaches_the_optimizer_and_mlflow_with_its_step(tmp_
 
     # refused: exit 2, one line naming the field and why, nothing changed
     resume = ["run", "--resume", key, "--stages", "train"]
-    assert main([*resume, "--set", "train.lr=1e-3", "--set", "train.seed=3"]) == 2
+    assert main([*resume, "--set", "train.lr=3e-3", "--set", "train.seed=3"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "train.seed is 3 but the run was started with 0" in err, err
     assert _files(run_dir) == before
 
-    assert main([*resume, "--json", "--set", "train.lr=1e-3", "--set", "train.steps=6"]) == 0
+    assert main([*resume, "--json", "--set", "train.lr=3e-3", "--set", "train.steps=6"]) == 0
     train = json.loads(capsys.readouterr().out)["stages"][-1]
     assert train["status"] == "passed" and "steps 4 -> 6" in train["summary"], train
     assert (run_dir / "config.json").read_bytes() == before[0]  # the original config stays
     record, config = load_record(run_dir)
     assert [(r["pass"], r["overrides"], r["step"]) for r in record["resumes"]] == [
-        (2, {"train.lr": 0.001, "train.steps": 6}, 4)
+        (2, {"train.lr": 0.003, "train.steps": 6}, 4)
     ]
-    assert (config.train.lr, config.train.steps) == (0.001, 6)
+    assert (config.train.lr, config.train.steps) == (0.003, 6)
 
     # the optimizer trained at the new rate: its state in the step-6 checkpoint says so
     ref, state = Checkpointer(str(tmp_path / "runs" / "checkpoints" / key)).load_latest()
     assert ref.step == 6
     generator = state["optimizer_state"]["generator"]
-    assert [g["lr"] for g in generator["optimizer"]["param_groups"]] == [0.001]
-    assert generator["scheduler"]["base_lrs"] == [0.001]
+    assert [g["lr"] for g in generator["optimizer"]["param_groups"]] == [0.003]
+    assert generator["scheduler"]["base_lrs"] == [0.003]
     discriminator = state["optimizer_state"]["discriminator"]["optimizer"]
-    assert [g["lr"] for g in discriminator["param_groups"]] == [0.0002]  # not changed
+    assert [g["lr"] for g in discriminator["param_groups"]] == [0.001]  # not changed
 
     client = MlflowClient(uri)
     tracked = client.get_run(record["mlflow_run_id"])
-    assert tracked.data.params["train.lr"] == "0.0002"  # what the run was started with
-    assert tracked.data.params["resume.2.train.lr"] == "0.001"
+    assert tracked.data.params["train.lr"] == "0.001"  # what the run was started with
+    assert tracked.data.params["resume.2.train.lr"] == "0.003"
     assert tracked.data.params["resume.2.train.steps"] == "6"
     assert tracked.data.tags["ffjobs.resume.2.step"] == "4"
     lr = [(m.step, m.value) for m in client.get_metric_history(tracked.info.run_id, "lr")]
-    assert lr == [(2, 0.0002), (4, 0.0002), (6, 0.001)]
+    assert lr == [(2, 0.001), (4, 0.001), (6, 0.003)]
 
     assert main(["runs", "show", key]) == 0
     shown = capsys.readouterr().out
-    assert "pass 2: train.steps=6, train.lr=0.001 (in effect from step 4)" in shown
+    assert "pass 2: train.steps=6, train.lr=0.003 (in effect from step 4)" in shown

@@ -115,10 +115,11 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     Path(facts["report"]).write_text(json.dumps(facts, indent=2) + "\n")
 
     measured = describe_metrics(ours.metrics, facts["intervals"], vs_chance)
+    measured += f" on {evalset.identities} held-out identities"
     if "skipped" not in ground_truth:
         measured += (
-            f"; the ground-truth swap scores identity_top1 {ground_truth['identity_top1']:.3g}, "
-            f"identity_cosine {ground_truth['identity_cosine']:.3g}"
+            f" (a ground-truth swap: identity_top1 {ground_truth['identity_top1']:.3g}, "
+            f"identity_cosine {ground_truth['identity_cosine']:.3g})"
         )
     against = (
         f"vs champion v{champion.version}"
@@ -138,7 +139,7 @@ def evaluate_stage(config: Config, run: Run, *, model_uri: str | None = None) ->
     if not decision.passed:
         summary = f"gate blocked {evaluated}: " + "; ".join(decision.failures)
         return StageOutcome("evaluate", "blocked", 0.0, summary, ExitCode.FAILED, **outcome)
-    summary = f"{evaluated}: {measured} on {evalset.identities} held-out identities; gate passed ({against})"
+    summary = f"{evaluated}: {measured}; gate passed ({against})"
     return StageOutcome("evaluate", "passed", 0.0, summary, **outcome)
 
 

@@ -37,9 +37,7 @@ def test_a_blocked_gate_is_a_decision_with_a_note(airflow_stack_page: AirflowPag
     conf = {
         "config": "gated",
         "train_steps": 4,
-        "overrides": [
-            "data.synth.identities=10",
-            "data.synth.per_identity=4",
+        "overrides": [  # the preset's data: the session's stack shares runs/data/synthetic
             "train.checkpoint_every=2",
             "train.batch_size=4",
             "model.identity_weights=null",

@@ -132,6 +132,9 @@ def tiny_config(tmp_path: Path, *overrides: str) -> Config:
             "train.checkpoint_every=2",
             "train.deterministic=true",
             "train.precision=fp32",
+            # a run extended by a resume (train.steps 3 -> 6) trains as one of 6 from the start
+            # only at a constant rate: a cosine decay is laid over train.steps
+            "train.lr_schedule=constant",
             f"train.checkpoint_dir={tmp_path / 'ckpt'}",
             f"model.identity_weights={tiny_identity_weights()}",
             "train.progress=false",
