@@ -45,6 +45,11 @@ def test_training_improves_identity_and_reconstruction_on_heldout_identities(tmp
         "train.steps=60",
         "train.batch_size=8",
         "train.lr=1e-3",
+        # the setting this test's margins were calibrated on, before the embedded default's
+        # recipe changed (which moves identity faster and reconstructs more slowly)
+        "model.generator_norm=instance",
+        "model.losses.identity=10",
+        "train.lr_discriminator=2e-4",
         "train.ema_decay=null",
         "train.checkpoint_every=60",
         "train.deterministic=false",
