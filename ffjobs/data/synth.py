@@ -6,6 +6,7 @@ byte-identical files), optionally with every defect validation must find planted
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from multiprocessing.connection import Connection
@@ -24,18 +25,34 @@ COMPLETE_MARKER = ".complete.json"
 A folder without it is not a complete dataset, however many images it holds."""
 
 
+def synthetic_person(seed: int, i: int) -> Identity:
+    """Identity ``i`` of the set made with ``seed``: what all its images share."""
+    return Identity.sample(np.random.default_rng([seed, i]))
+
+
+def synthetic_image(
+    person: Identity, seed: int, i: int, j: int, size: int, image_format: str
+) -> bytes:
+    """The file bytes of ``person`` drawn in the pose, lighting and background of image ``j``
+    of identity ``i`` (for ``person`` = identity ``i``'s own: that very image of the set)."""
+    image = render_face(person, Variation.sample(np.random.default_rng([seed, i, j])), size)
+    encoded = io.BytesIO()
+    if image_format == "jpg":
+        image.save(encoded, "JPEG", quality=90)
+    else:
+        image.save(encoded, "PNG")
+    return encoded.getvalue()
+
+
 def _write_identity(
     root: Path, i: int, per_identity: int, size: int, seed: int, image_format: str
 ) -> None:
-    person = Identity.sample(np.random.default_rng([seed, i]))
+    person = synthetic_person(seed, i)
     folder = root / identity_name(i)
     folder.mkdir(exist_ok=True)
     for j in range(per_identity):
-        image = render_face(person, Variation.sample(np.random.default_rng([seed, i, j])), size)
-        if image_format == "jpg":
-            image.save(folder / f"{j:02d}.jpg", "JPEG", quality=90)
-        else:
-            image.save(folder / f"{j:02d}.png", "PNG")
+        image = synthetic_image(person, seed, i, j, size, image_format)
+        (folder / f"{j:02d}.{image_format}").write_bytes(image)
 
 
 def _write_share(connection: Connection, tasks: list[tuple]) -> None:

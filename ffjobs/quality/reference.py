@@ -14,12 +14,10 @@ Only for a set the synthetic generator made (its completion marker, with the arg
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -35,8 +33,7 @@ def ground_truth_swaps(config: Config, evalset: EvaluationSet) -> Tensor | str:
     why there is none."""
     from ffjobs.data.dataset import face_transform, to_model_images
     from ffjobs.data.decode import decode_rgb
-    from ffjobs.data.faces import Identity, Variation, render_face
-    from ffjobs.data.synth import COMPLETE_MARKER
+    from ffjobs.data.synth import COMPLETE_MARKER, synthetic_image, synthetic_person
 
     marker = Path(config.data.source) / COMPLETE_MARKER
     try:
@@ -52,14 +49,8 @@ def ground_truth_swaps(config: Config, evalset: EvaluationSet) -> Tensor | str:
     transform = face_transform(config.model.resolution)
     swaps = []
     for source, target in zip(evalset.sources.tolist(), evalset.targets.tolist(), strict=True):
-        person = Identity.sample(np.random.default_rng([seed, int(where[source].group(1))]))
+        person = synthetic_person(seed, int(where[source].group(1)))
         i, j, kind = where[target].groups()
-        picture = Variation.sample(np.random.default_rng([seed, int(i), int(j)]))
-        encoded = io.BytesIO()
-        image = render_face(person, picture, size)
-        if kind == "jpg":
-            image.save(encoded, "JPEG", quality=90)  # as the generator writes its files
-        else:
-            image.save(encoded, "PNG")
-        swaps.append(transform(decode_rgb(encoded.getvalue())))
+        image = synthetic_image(person, seed, int(i), int(j), size, kind)  # as the set's files
+        swaps.append(transform(decode_rgb(image)))
     return to_model_images(torch.stack(swaps))
