@@ -37,7 +37,7 @@ RECIPE = [
 """The first recipe that moved identity within 200 steps; ``configs/local.yaml`` trains with
 it less the cross-identity pairs (``recipe-cross``, which did as well or better)."""
 VARIANTS = {
-    "local": [],  # configs/local.yaml as it is
+    "preset": [],  # the --preset as it is
     "before": BEFORE,
     "no-norm+cosine": [*BEFORE, "model.generator_norm=none", "train.lr_schedule=cosine"],
     "recipe": RECIPE,
