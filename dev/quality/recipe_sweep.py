@@ -66,6 +66,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="for every variant")
     parser.add_argument("--preset", default="local", help="the config the variants change")
     args = parser.parse_args()
+    args.out = args.out.resolve()  # before the chdir below
     args.out.mkdir(parents=True, exist_ok=True)
     os.chdir(args.out)  # runs/data, runs/models: the preset's relative paths
     curves: dict = {}
