@@ -21,7 +21,6 @@ from ffjobs.tracking.redact import redact_text, remember_config_secrets
 
 # Modules that add sub-commands; each exposes ``register(subparsers) -> None``.
 COMMAND_MODULES = (
-    "ffjobs.commands_config",
     "ffjobs.data.commands",
     "ffjobs.preflight.commands",
     "ffjobs.models.commands",
@@ -133,9 +132,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ffjobs {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _register_config_show(subparsers)
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
     return parser
+
+
+def _register_config_show(subparsers: argparse._SubParsersAction) -> None:
+    """``ffjobs config show``: the resolved configuration (presets and ``--set`` applied)."""
+    config = subparsers.add_parser("config", help="inspect the resolved configuration")
+    actions = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    show = actions.add_parser("show", help="print the resolved config (presets and --set applied)")
+    add_config_arguments(show)
+    show.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    show.add_argument(
+        "--json", action="store_const", const="json", dest="format", help="same as --format json"
+    )
+    show.set_defaults(handler=_config_show)
+
+
+def _config_show(args: argparse.Namespace) -> int:
+    print(config_from_args(args).dump(args.format), end="" if args.format == "yaml" else "\n")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

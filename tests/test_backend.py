@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ffjobs.backend import choose_backend
+from ffjobs.config.backend import choose_backend
 from ffjobs.errors import UserError
 
 

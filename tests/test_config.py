@@ -16,9 +16,9 @@ from ffjobs.config import (
     ConfigError,
     config_from_dict,
     load_config,
-    param_schema,
     parse_override,
 )
+from ffjobs.config.schema import param_schema
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -181,7 +181,7 @@ def test_exponent_floats_in_a_file_are_numbers(tmp_path, literal):
 
 @pytest.mark.parametrize("literal", FLOAT_LITERALS)
 def test_files_and_set_read_numbers_by_the_same_rule(literal):
-    from ffjobs.config import _parse_yaml
+    from ffjobs.config.loader import _parse_yaml
 
     (value,) = _parse_yaml(f"x: {literal}\n")[0].values()
     assert parse_override(f"train.lr={literal}") == ("train.lr", value)
@@ -321,8 +321,8 @@ def test_param_schema_turns_types_and_metadata_into_json_schema(key, nullable, e
 
 
 def test_param_schema_bounds_are_the_fields_own():
-    from ffjobs.slurm.config import SlurmConfig
-    from ffjobs.train.config import TrainConfig
+    from ffjobs.config.slurm import SlurmConfig
+    from ffjobs.config.train import TrainConfig
 
     assert param_schema("train.steps")["minimum"] == _metadata(TrainConfig, "steps")["ge"]
     lr = _metadata(TrainConfig, "lr")
@@ -332,7 +332,7 @@ def test_param_schema_bounds_are_the_fields_own():
 
 
 def test_param_schema_choices_metadata_becomes_an_enum(monkeypatch):
-    from ffjobs.train.config import TrainConfig
+    from ffjobs.config.train import TrainConfig
 
     steps = next(f for f in dataclasses.fields(TrainConfig) if f.name == "steps")
     monkeypatch.setattr(steps, "metadata", {"choices": (100, 200)})
@@ -461,7 +461,7 @@ def test_cli_refuses_a_50_mb_config_in_one_short_line(tmp_path):
 
 
 def test_a_config_at_the_size_limit_still_loads(tmp_path):
-    from ffjobs.config import MAX_CONFIG_BYTES
+    from ffjobs.config.loader import MAX_CONFIG_BYTES
 
     head = "name: edge\n"
     path = write(tmp_path, "edge.yaml", head + "#" * (MAX_CONFIG_BYTES - len(head) - 1) + "\n")

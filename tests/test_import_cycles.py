@@ -4,9 +4,7 @@ package's own modules counts, at the top or inside a function, except those unde
 changed) apart; the fix is a third module both use, or moving a file to the layer it belongs to.
 
 Packages are ``ffjobs.<name>/`` folders; a module at the root (``ffjobs/pipeline.py``) counts as a
-package of its own. A package's ``config`` module is its section of the one configuration that
-``ffjobs.config`` puts together: it counts with ``ffjobs.config`` (the lowest layer, which
-every package reads), so a section may import nothing above that layer."""
+package of its own."""
 
 from __future__ import annotations
 
@@ -81,7 +79,7 @@ def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def _package(module: str) -> str:
     """``ffjobs.train.stage`` -> ``ffjobs.train``; ``ffjobs.pipeline`` stays itself; the
-    sections ``ffjobs.train.config``, ``ffjobs.data.config``... -> ``ffjobs.config``."""
+    sections ``ffjobs.config.train``, ``ffjobs.config.data``... -> ``ffjobs.config``."""
     parts = module.split(".")
     if len(parts) == 3 and parts[2] == "config":
         return "ffjobs.config"
@@ -142,7 +140,7 @@ def test_packages_group_modules_and_name_the_imports_between_them():
         "ffjobs.train",
         "ffjobs.pipeline",
     ]
-    assert _package("ffjobs.data.config") == "ffjobs.config"
+    assert _package("ffjobs.config.data") == "ffjobs.config"
     edges, why = _package_edges(
         {"ffjobs.a.x": {"ffjobs.b.y"}, "ffjobs.b.y": {"ffjobs.a.z"}, "ffjobs.a.z": set()}
     )

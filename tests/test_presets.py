@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import setuptools
 
-from ffjobs import config as config_module
+from ffjobs.config import presets as config_module
 from ffjobs.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -164,7 +164,7 @@ def test_the_synthetic_dataset_is_complete_only_with_its_marker(tmp_path):
 STARTER = """
 import sys, time, warnings
 warnings.simplefilter("ignore")
-from ffjobs.tracking.config import TrackingConfig
+from ffjobs.config.tracking import TrackingConfig
 from ffjobs.tracking.mlflow_logger import start_run
 
 tracking = TrackingConfig(tracking_uri="sqlite:///runs/mlflow.db", experiment="race")

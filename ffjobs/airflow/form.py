@@ -26,7 +26,8 @@ from ffjobs.airflow.trigger_conf import (
     RUN_KEY_PATTERN,
     config_choices,
 )
-from ffjobs.config import DEFAULT_PRESET, Config, ConfigError, load_config, param_schema
+from ffjobs.config import DEFAULT_PRESET, Config, ConfigError, load_config
+from ffjobs.config.schema import param_schema
 from ffjobs.tracking.redact import redact_text, redact_value
 
 WHAT = "What to train"

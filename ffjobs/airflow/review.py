@@ -28,6 +28,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from ffjobs.config.tracking import TrackingConfig
 from ffjobs.errors import UserError
 from ffjobs.registry.review import (
     APPROVE,
@@ -39,7 +40,6 @@ from ffjobs.registry.review import (
     earlier_decision,
 )
 from ffjobs.runs.run import Run
-from ffjobs.tracking.config import TrackingConfig
 from ffjobs.tracking.redact import redact_document, redact_text
 
 log = logging.getLogger(__name__)

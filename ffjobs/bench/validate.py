@@ -79,7 +79,7 @@ def run_benchmark(
 ) -> dict[str, Any]:
     """Generate the dataset under ``workdir`` and measure; returns the JSON-ready result."""
     # Imported here: the CLI registers this command without loading PIL or numpy.
-    from ffjobs.data.config import ValidationConfig
+    from ffjobs.config.data import ValidationConfig
     from ffjobs.data.synth import generate_dataset
     from ffjobs.data.validate import validate_dataset
 

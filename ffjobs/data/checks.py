@@ -1,5 +1,5 @@
 """The validation checks: the rules that judge cached facts (their names and default
-severities, :data:`CHECKS`, are in :mod:`ffjobs.data.config`, beside the policy that names them).
+severities, :data:`CHECKS`, are in :mod:`ffjobs.config.data`, beside the policy that names them).
 
 Per-file checks turn one file's facts into findings; dataset checks look across files
 (duplicates, identities, splits). Severity is policy: ``error`` findings on a file put it in
@@ -13,12 +13,12 @@ import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ffjobs.data.config import CHECKS, Check
+from ffjobs.config.data import CHECKS, Check
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ffjobs.data.config import ValidationConfig
+    from ffjobs.config.data import ValidationConfig
 
 __all__ = ["CHECKS", "Check"]  # the catalog lives with the policy that names its checks
 

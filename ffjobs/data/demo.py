@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ffjobs.config import Config
-from ffjobs.data.config import DataConfig
+from ffjobs.config.data import DataConfig
 from ffjobs.errors import UserError
 
 

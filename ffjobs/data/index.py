@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
+from ffjobs.config.s3 import S3Config
 from ffjobs.data.sources import (
     FileStat,
     PathEscapeError,
@@ -37,10 +38,9 @@ from ffjobs.data.sources import (
     shown_path,
 )
 from ffjobs.errors import UserError
-from ffjobs.storage_config import S3Config
 
 if TYPE_CHECKING:
-    from ffjobs.data.config import DataConfig
+    from ffjobs.config.data import DataConfig
 
 Layout = Literal["auto", "identity_folders", "flat", "manifest"]
 MANIFEST_NAMES = ("manifest.jsonl", "manifest.csv")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from types import TracebackType
 
-from ffjobs.data.config import ValidationConfig
+from ffjobs.config.data import ValidationConfig
 from ffjobs.data.inspect import Facts, inspect_paths
 from ffjobs.data.sources import FileStat, Source
 from ffjobs.data.worker_process import WorkerProcess

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ffjobs.config.data import ValidationConfig
 from ffjobs.data import checks
 from ffjobs.data.cache import FactsCache, FactsSnapshot
-from ffjobs.data.config import ValidationConfig
 from ffjobs.data.index import (
     MANIFEST_NAMES,
     Layout,

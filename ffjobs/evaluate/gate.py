@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ffjobs.quality.config import GateConfig
+from ffjobs.config.evaluate import GateConfig
 from ffjobs.quality.metrics import BETTER_WHEN_HIGHER
 from ffjobs.quality.significance import margin
 

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ffjobs.models.config import ModelConfig
+from ffjobs.config.model import ModelConfig
 
 _MAX_WIDTH = 512
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ffjobs.models.config import ModelConfig
+from ffjobs.config.model import ModelConfig
 from ffjobs.models.discriminator import MultiScaleDiscriminator
 from ffjobs.models.generator import Generator
 from ffjobs.models.identity import IdentityEncoder, build_identity_encoder

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ffjobs.models.config import ModelConfig
+from ffjobs.config.model import ModelConfig
 from ffjobs.models.losses import discriminator_loss, generator_loss
 
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ffjobs.models.config import ModelConfig
+from ffjobs.config.model import ModelConfig
 from ffjobs.models.numerics import at_least_float32, unit_rows
 
 

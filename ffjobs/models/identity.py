@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ffjobs.config.model import ModelConfig
 from ffjobs.errors import UserError
-from ffjobs.models.config import ModelConfig
 from ffjobs.models.iresnet import IBasicBlock, IResNet, iresnet
 
 _SHOWN_KEYS = 5

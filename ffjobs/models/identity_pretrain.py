@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import Tensor, nn
 
+from ffjobs.config.model import ModelConfig
 from ffjobs.errors import UserError
-from ffjobs.models.config import ModelConfig
 from ffjobs.models.identity import build_identity_backbone
 from ffjobs.shared_inputs import temporary_sibling
 

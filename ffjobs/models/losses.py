@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ffjobs.models.config import LossWeights
+from ffjobs.config.model import LossWeights
 from ffjobs.models.discriminator import DiscriminatorOutput
 from ffjobs.models.numerics import at_least_float32, unit_rows
 

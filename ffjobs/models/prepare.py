@@ -7,7 +7,7 @@ a model is evaluated, stay unseen by every recogniser), and a record beside it,
 settings. A file whose record no longer matches (the dataset, its split or the settings
 changed) is pre-trained again, with a line saying why; a file without a record is the user's
 and is used as it is, except at the embedded default's own paths
-(:data:`ffjobs.models.config.PROJECT_ENCODERS`), which only ffjobs writes.
+(:data:`ffjobs.config.model.PROJECT_ENCODERS`), which only ffjobs writes.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ffjobs.config import Config
+from ffjobs.config.model import PROJECT_ENCODERS, ModelConfig
 from ffjobs.data.demo import ensure_demo_dataset, ensure_identity_dataset
-from ffjobs.models.config import PROJECT_ENCODERS, ModelConfig
 from ffjobs.models.identity_pretrain import IdentityPretrainResult, train_identity_encoder
 from ffjobs.shared_inputs import held_lock, leftovers, temporary_sibling
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ffjobs.models.config import ModelConfig
+from ffjobs.config.model import ModelConfig
 from ffjobs.models.factory import build_generator
 from ffjobs.models.identity import IdentityEncoder, build_identity_encoder
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ffjobs.preflight.config import PreflightConfig
+from ffjobs.config.preflight import PreflightConfig
 from ffjobs.preflight.findings import Finding, verdict_of
 from ffjobs.preflight.nccl_log import parse_nccl_logs
 from ffjobs.preflight.verdict import (

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ffjobs.backend import choose_backend
+from ffjobs.config.backend import choose_backend
 from ffjobs.errors import UserError
 from ffjobs.local_ranks import local_gpu_count
 from ffjobs.preflight.launch import (

@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from ffjobs.preflight.config import PreflightConfig
+from ffjobs.config.preflight import PreflightConfig
 from ffjobs.preflight.findings import Finding
 from ffjobs.preflight.nccl_log import NcclLog
 from ffjobs.preflight.probe import VERSION_KEYS

@@ -19,7 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffjobs.preflight.config import PreflightConfig
+from ffjobs.config.preflight import PreflightConfig
 from ffjobs.preflight.ib import IbPort, check_ib_ports
 from ffjobs.preflight.nccl_env import check_environment
 from ffjobs.preflight.probe import node_name, probe_node, probe_topology
@@ -162,7 +162,7 @@ def _run(
     import torch
     import torch.distributed as dist
 
-    from ffjobs.backend import choose_backend
+    from ffjobs.config.backend import choose_backend
     from ffjobs.preflight.sweep import sweep
     from ffjobs.train.distributed import join_process_group, pick_device, rendezvous
 

@@ -14,10 +14,10 @@ import dataclasses
 from pathlib import Path
 
 from ffjobs.config import Config
+from ffjobs.config.evaluate import DEFAULT_EVALUATION_ENCODER
+from ffjobs.config.model import ModelConfig
 from ffjobs.errors import UserError
-from ffjobs.models.config import ModelConfig
 from ffjobs.models.identity import IdentityEncoder, build_identity_encoder
-from ffjobs.quality.config import DEFAULT_EVALUATION_ENCODER
 
 PRETRAIN_STEPS = 300
 """As many as the demo's training encoder gets (:mod:`ffjobs.models.prepare`)."""

@@ -14,8 +14,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from ffjobs.config.tracking import TrackingConfig
 from ffjobs.errors import UserError
-from ffjobs.tracking.config import TrackingConfig
 
 CHAMPION = "champion"
 CHALLENGER = "challenger"

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ffjobs.models.config import ModelConfig
+from ffjobs.config.model import ModelConfig
+from ffjobs.config.tracking import TrackingConfig
 from ffjobs.registry.client import CHALLENGER, fluent_tracking
-from ffjobs.tracking.config import TrackingConfig
 
 ARTIFACT_NAME = "face_swap"
 

@@ -198,7 +198,7 @@ def _facts(config: Config, name: str, version: str) -> dict[str, Any]:
 
 def review_hint(facts: dict[str, Any], config: Config) -> list[str]:
     """What to do next with a registered challenger: where to look and the commands to run."""
-    from ffjobs.tracking.config import TrackingConfig
+    from ffjobs.config.tracking import TrackingConfig
 
     name, version = facts["name"], facts["version"]
     uri = config.tracking.tracking_uri

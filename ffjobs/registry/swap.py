@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ffjobs.config.tracking import TrackingConfig
 from ffjobs.errors import UserError
-from ffjobs.tracking.config import TrackingConfig
 
 
 def load_face_swap(tracking: TrackingConfig, uri: str) -> Any:

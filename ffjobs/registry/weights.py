@@ -16,8 +16,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ffjobs.config.model import ModelConfig
 from ffjobs.errors import UserError
-from ffjobs.models.config import ModelConfig
 
 WEIGHTS_FILE = "weights.pt"
 CONFIG_FILE = "model_config.json"

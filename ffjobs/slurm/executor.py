@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import submitit
 
     from ffjobs.config import Config
-    from ffjobs.slurm.config import SlurmConfig
+    from ffjobs.config.slurm import SlurmConfig
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 

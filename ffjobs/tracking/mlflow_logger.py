@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ffjobs.tracking.config import TrackingConfig
+from ffjobs.config.tracking import TrackingConfig
 from ffjobs.tracking.delivery import deliver, deliver_run
 from ffjobs.tracking.redact import redact_mapping, redact_text
 from ffjobs.tracking.shipper import Shipper, TrackingWarning, Unavailable

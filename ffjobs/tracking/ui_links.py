@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from ffjobs.tracking.config import TrackingConfig
+from ffjobs.config.tracking import TrackingConfig
 from ffjobs.tracking.redact import redact_text
 
 TRAINING_VIEW = "workflowType=machine_learning"

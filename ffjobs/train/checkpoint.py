@@ -54,8 +54,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ffjobs.config.s3 import S3Config
 from ffjobs.errors import UserError
-from ffjobs.storage_config import S3Config
 from ffjobs.train.checkpoint_files import (
     checkpoint_steps,
     data_name,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ffjobs.backend import choose_backend
+from ffjobs.config.backend import choose_backend
 from ffjobs.errors import UserError
 from ffjobs.slurm.nodes import NodeListError, first_node, node_address
 

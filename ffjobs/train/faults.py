@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ffjobs.train.config import FaultInjection
+from ffjobs.config.train import FaultInjection
 from ffjobs.train.storage import CheckpointStore
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ffjobs.train.config import TrainConfig
+from ffjobs.config.train import TrainConfig
 
 
 @dataclass

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from ffjobs.storage_config import S3Config
+from ffjobs.config.s3 import S3Config
 
 STORAGE_ERRNOS = {
     errno.ENOSPC: "ENOSPC",

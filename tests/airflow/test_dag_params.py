@@ -18,7 +18,8 @@ from dag_parse import parse_dags
 
 from ffjobs.airflow.form import ADVANCED, HOW_LONG, RESUME, SECTIONS, WHAT, WHERE
 from ffjobs.airflow.trigger_conf import CONF_FIELDS, PARAM_OVERRIDES, preset_names
-from ffjobs.config import load_config, param_schema
+from ffjobs.config import load_config
+from ffjobs.config.schema import param_schema
 
 PARSE = textwrap.dedent(
     """

@@ -23,10 +23,10 @@ from ffjobs.airflow.review import (
     sample_grid_url,
 )
 from ffjobs.config import load_config
+from ffjobs.config.tracking import TrackingConfig
 from ffjobs.errors import UserError
 from ffjobs.registry.review import REJECT, Review, decide, review_history
 from ffjobs.runs.run import create_run
-from ffjobs.tracking.config import TrackingConfig
 
 NAME = "face-swap"
 ANSWERED_AT = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)

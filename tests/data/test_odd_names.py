@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ffjobs.cli import main
-from ffjobs.data.config import ValidationConfig
+from ffjobs.config.data import ValidationConfig
 from ffjobs.data.index import build_index
 from ffjobs.data.sources import LocalSource, SourceError, shown_path
 from ffjobs.data.validate import validate_dataset

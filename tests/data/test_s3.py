@@ -8,7 +8,7 @@ import pytest
 
 from ffjobs.cli import main
 from ffjobs.config import load_config
-from ffjobs.data.config import ValidationConfig
+from ffjobs.config.data import ValidationConfig
 from ffjobs.data.dataset import FacePairDataset
 from ffjobs.data.index import build_index, index_from_config
 from ffjobs.data.validate import validate_dataset

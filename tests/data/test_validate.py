@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from PIL import ImageFile
 
+from ffjobs.config.data import ValidationConfig
 from ffjobs.data.checks import CHECKS
-from ffjobs.data.config import ValidationConfig
 from ffjobs.data.index import build_index
 from ffjobs.data.sources import LocalSource
 from ffjobs.data.validate import validate_dataset

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ffjobs.data.config import ValidationConfig
+from ffjobs.config.data import ValidationConfig
 from ffjobs.data.index import (
     DatasetChangedError,
     build_index,

@@ -24,7 +24,7 @@ PROGRAM = textwrap.dedent(
     os.environ["MAIN_RAN_ONCE"] = "1"
     threading.Thread(target=threading.Event().wait, daemon=True).start()
 
-    from ffjobs.data.config import ValidationConfig
+    from ffjobs.config.data import ValidationConfig
     from ffjobs.data.synth import generate_dataset
     from ffjobs.data.validate import validate_dataset
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ffjobs.config.evaluate import GateConfig
 from ffjobs.evaluate.gate import decide
-from ffjobs.quality.config import GateConfig
 from ffjobs.quality.significance import versus_chance
 
 GOOD = {"identity_top1": 0.625, "identity_cosine": 0.41, "psnr": 19.4, "ssim": 0.61}

@@ -7,8 +7,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from ffjobs.config.preflight import PreflightConfig
 from ffjobs.local_ranks import free_loopback_port
-from ffjobs.preflight.config import PreflightConfig
 from ffjobs.preflight.report import build_report
 from ffjobs.preflight.worker import rank_file, run_rank
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ffjobs.tracking.config import TrackingConfig
+from ffjobs.config.tracking import TrackingConfig
 from ffjobs.tracking.mlflow_logger import RunLogger, start_run
 from ffjobs.tracking.redact import REDACTED, is_secret_key, redact_document
 

@@ -3,7 +3,7 @@ store for one without a UI, a password never shown."""
 
 from __future__ import annotations
 
-from ffjobs.tracking.config import TrackingConfig
+from ffjobs.config.tracking import TrackingConfig
 from ffjobs.tracking.ui_links import (
     experiment_link,
     is_link,

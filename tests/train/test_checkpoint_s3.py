@@ -12,8 +12,8 @@ import torch
 import ffjobs
 from ffjobs.commands_runs import latest_checkpoint
 from ffjobs.config import load_config
+from ffjobs.config.s3 import S3Config
 from ffjobs.runs.owner import found_on_resume, owner_record
-from ffjobs.storage_config import S3Config
 from ffjobs.train.checkpoint import (
     Checkpointer,
     CheckpointWarning,

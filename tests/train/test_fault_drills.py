@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+from ffjobs.config.train import FaultInjection
 from ffjobs.train import faults
-from ffjobs.train.config import FaultInjection
 from ffjobs.train.faults import FaultInjector, InjectedFault, marker_name
 from ffjobs.train.launch import LaunchFailed, launch_local
 from ffjobs.train.storage import LocalStore

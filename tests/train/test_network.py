@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ffjobs.train.config import TrainConfig
+from ffjobs.config.train import TrainConfig
 from ffjobs.train.network import build_network, lr_lambda
 
 CPU = torch.device("cpu")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ffjobs.tracking.config import TrackingConfig
+from ffjobs.config.tracking import TrackingConfig
 from ffjobs.tracking.mlflow_logger import (
     RunLogger,
     TrackingWarning,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ffjobs.models.config import PROJECT_EVALUATION_ENCODER as DEFAULT_EVALUATION_ENCODER
+from ffjobs.config.model import PROJECT_EVALUATION_ENCODER as DEFAULT_EVALUATION_ENCODER
 
 METRICS = ("identity_top1", "identity_cosine", "psnr", "ssim", "pose_error", "fid")
 """What the evaluation can measure (pose error and FID only with the user's weights)."""

@@ -1,48 +1,30 @@
-"""Typed configuration: dataclasses loaded from YAML, with presets, dotted overrides and clear errors.
-
-One resolved :class:`Config` flows from YAML, the CLI (``--set key=value``) and Airflow Params
-into every stage. Each component owns its dataclass (``ffjobs/<component>/config.py``); this
-module composes them and owns the loading rules:
+"""The generic loader: YAML files and ``--set`` overrides into typed dataclasses, with errors
+that name file, line and key.
 
 * ``yaml.safe_load`` semantics only (a ``!!python/...`` tag is an error, never executed), except
   that numbers follow YAML 1.2 (``3e-4`` and ``1e6`` are floats, as in ``--set``) and a key
   repeated in one mapping is an error instead of silently keeping the last value;
-* ``extends: <preset or path>`` at the top of a file merges it over another file (recursively);
 * unknown keys, wrong types and out-of-range values are errors naming file, line and key path;
 * field ranges live in ``field(metadata=...)`` (``ge``, ``gt``, ``le``, ``lt``, ``choices``) and
   cross-field rules in ``__post_init__`` raising ``ValueError``.
+
+Nothing here knows ffjobs' sections: :mod:`ffjobs.config` composes them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.resources
-import json
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
-from ffjobs.data.config import DataConfig
 from ffjobs.errors import UserError
-from ffjobs.models.config import ModelConfig
-from ffjobs.preflight.config import PreflightConfig
-from ffjobs.quality.config import EvaluateConfig
-from ffjobs.slurm.config import SlurmConfig
-from ffjobs.storage_config import S3Config
-from ffjobs.tracking.config import RegistryConfig, TrackingConfig
-from ffjobs.train.config import TrainConfig
-
-REPO_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-"""The presets in a source checkout (also what an editable install sees)."""
-PRESETS_PACKAGE_DIR = "presets"
-"""Where a wheel puts ``configs/`` inside the ``ffjobs`` package (``ffjobs.presets``)."""
-DEFAULT_PRESET = "local"
 
 
 class ConfigError(UserError, ValueError):
@@ -63,34 +45,6 @@ class ConfigError(UserError, ValueError):
         if key:
             where += f"{_quotable_key(key)}: "
         super().__init__(where + message)
-
-
-@dataclass
-class Config:
-    """The whole resolved configuration of one pipeline run."""
-
-    name: str = "local"
-    """Name of the run family: the first part of every run key (``<name>-<stamp>-<random>``)."""
-    runs_dir: str = "runs"
-    """Where run directories go: ``<runs_dir>/<run key>/`` (config, record, reports, logs)."""
-    data: DataConfig = field(default_factory=DataConfig)
-    preflight: PreflightConfig = field(default_factory=PreflightConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    slurm: SlurmConfig = field(default_factory=SlurmConfig)
-    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
-    tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    registry: RegistryConfig = field(default_factory=RegistryConfig)
-    s3: S3Config = field(default_factory=S3Config)
-    """The S3-compatible store behind ``s3://`` datasets and checkpoints."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def dump(self, fmt: Literal["yaml", "json"] = "yaml") -> str:
-        if fmt == "json":
-            return json.dumps(self.to_dict(), indent=2, sort_keys=False)
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
 # --------------------------------------------------------------------------- YAML reading
@@ -210,7 +164,7 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
-def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+def read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     """Parse one YAML file safely; return its mapping and a ``{dotted.key: line}`` index.
 
     A file over :data:`MAX_CONFIG_BYTES` is refused before it is read; no error quotes more of
@@ -311,72 +265,8 @@ def _index_lines(
         _index_lines(value_node, key, out, loader, seen)
 
 
-def embedded_preset_dirs() -> list[Path]:
-    """The presets that ship with ffjobs: the installed package's, else the source tree's."""
-    dirs = []
-    packaged = importlib.resources.files("ffjobs") / PRESETS_PACKAGE_DIR
-    if isinstance(packaged, Path) and packaged.is_dir():  # a zipped install has no real path
-        dirs.append(packaged)
-    if REPO_CONFIG_DIR.is_dir():
-        dirs.append(REPO_CONFIG_DIR)
-    return dirs
-
-
-def resolve_preset(name_or_path: str | Path, relative_to: Path | None = None) -> Path:
-    """Find a config file: an existing path, else ``<name>.yaml`` in ``./configs``, then in the
-    presets that ship with ffjobs (:func:`embedded_preset_dirs`)."""
-    candidate = Path(name_or_path)
-    if relative_to is not None and not candidate.is_absolute():
-        beside = relative_to.parent / candidate
-        if beside.exists() or beside.with_suffix(".yaml").exists():
-            candidate = beside
-    if candidate.exists():
-        return candidate
-    if candidate.suffix == "" and candidate.with_suffix(".yaml").exists():
-        return candidate.with_suffix(".yaml")
-    for directory in (Path.cwd() / "configs", *embedded_preset_dirs()):
-        for stem in (str(name_or_path), f"clusters/{name_or_path}"):
-            found = directory / f"{stem}.yaml"
-            if found.exists():
-                return found
-    return candidate  # reading it reports "file not found" with the path the user gave
-
-
-def _load_layers(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, dict, dict]]:
-    """Return ``[(source, data, lines), ...]`` from the most basic preset to ``path``."""
-    resolved = path.resolve()
-    if resolved in seen:
-        chain = " -> ".join(str(p) for p in (*seen, resolved))
-        raise ConfigError(f"'extends' forms a cycle: {chain}", source=str(path), key="extends")
-    data, lines = _read_yaml(path)
-    parent = data.pop("extends", None)
-    layers: list[tuple[str, dict, dict]] = []
-    if parent is not None:
-        if not isinstance(parent, str):
-            raise ConfigError(
-                "must be a preset name or a path (string)",
-                source=str(path),
-                key="extends",
-                line=lines.get("extends"),
-            )
-        parent_path = resolve_preset(parent, relative_to=path)
-        if not parent_path.exists():
-            raise ConfigError(
-                f"preset {short(parent)} not found (looked beside this file and in configs/)",
-                source=str(path),
-                key="extends",
-                line=lines.get("extends"),
-            )
-        layers = _load_layers(parent_path, (*seen, resolved))
-    layers.append((str(path), data, lines))
-    return layers
-
-
-# --------------------------------------------------------------------------- building dataclasses
-
-
 @dataclass
-class _Origin:
+class Origin:
     """Where each key's value came from, to point errors at the right file and line."""
 
     sources: dict[str, tuple[str, int | None]] = field(default_factory=dict)
@@ -400,11 +290,11 @@ class _Origin:
         return ConfigError(message, source=source, key=key, line=line)
 
 
-def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in update.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
     return merged
@@ -430,7 +320,7 @@ def _describe_type(tp: Any) -> str:
     )
 
 
-def _coerce(value: Any, tp: Any, key: str, origin: _Origin) -> Any:
+def _coerce(value: Any, tp: Any, key: str, origin: Origin) -> Any:
     """Check ``value`` against the annotation ``tp``; return it converted where lossless."""
     kind = typing.get_origin(tp)
     bad = origin.error(
@@ -439,7 +329,7 @@ def _coerce(value: Any, tp: Any, key: str, origin: _Origin) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise bad
-        return _build(tp, value, key, origin)
+        return build_dataclass(tp, value, key, origin)
     if kind is Literal:
         if value not in typing.get_args(tp):
             raise bad
@@ -491,7 +381,7 @@ def _coerce(value: Any, tp: Any, key: str, origin: _Origin) -> Any:
     raise TypeError(f"unsupported config annotation {tp!r} at {key}")
 
 
-def _check_range(value: Any, meta: Mapping[str, Any], key: str, origin: _Origin) -> None:
+def _check_range(value: Any, meta: Mapping[str, Any], key: str, origin: Origin) -> None:
     if value is None:
         return
     checks = [
@@ -508,7 +398,7 @@ def _check_range(value: Any, meta: Mapping[str, Any], key: str, origin: _Origin)
         raise origin.error(key, f"must be one of {allowed}, got {short(value)}")
 
 
-def _build(cls: type, data: Mapping[str, Any], prefix: str, origin: _Origin) -> Any:
+def build_dataclass(cls: type, data: Mapping[str, Any], prefix: str, origin: Origin) -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]
@@ -555,9 +445,13 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def _apply_override(data: dict[str, Any], key: str, value: Any, origin: _Origin) -> dict[str, Any]:
+def apply_override(
+    root: type, data: dict[str, Any], key: str, value: Any, origin: Origin
+) -> dict[str, Any]:
+    """``data`` with ``key=value`` merged in, once ``key`` is checked against the dataclass
+    ``root``'s fields (``--set`` names the key path it could not find)."""
     parts = key.split(".")
-    cls: Any = Config
+    cls: Any = root
     for i, part in enumerate(parts):
         names = {f.name: f for f in dataclasses.fields(cls)}
         if part not in names:
@@ -578,126 +472,17 @@ def _apply_override(data: dict[str, Any], key: str, value: Any, origin: _Origin)
     for part in reversed(parts):
         nested = {part: nested}
     origin.sources[key] = ("--set", None)
-    return _deep_merge(data, nested)
+    return deep_merge(data, nested)
 
 
 # --------------------------------------------------------------------------- public API
-
-
-def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
-    """Load a preset name or YAML path, then apply ``--set`` overrides.
-
-    ``None`` means the embedded default, ``configs/local.yaml`` as shipped with ffjobs (never a
-    ``local.yaml`` of the working directory).
-    """
-    origin = _Origin()
-    data: dict[str, Any] = {}
-    if path is None:
-        path = _embedded_default()
-    for source, layer, lines in _load_layers(resolve_preset(path)):
-        origin.record("", layer, source, lines)
-        data = _deep_merge(data, layer)
-    for text in overrides:
-        key, value = parse_override(text)
-        data = _apply_override(data, key, value, origin)
-    return _build(Config, data, "", origin)
 
 
 def load_dataclass(cls: type, path: Path) -> Any:
     """Load one YAML file (no ``extends``, no overrides) into the dataclass ``cls`` with the
     rules of :func:`load_config`: unknown keys, wrong types, out-of-range values and
     ``__post_init__`` refusals name the file, line and key. An empty file gives ``cls()``."""
-    data, lines = _read_yaml(path)
-    origin = _Origin()
+    data, lines = read_yaml(path)
+    origin = Origin()
     origin.record("", data, str(path), lines)
-    return _build(cls, data, "", origin)
-
-
-def _embedded_default() -> Path:
-    for directory in embedded_preset_dirs():
-        if (directory / f"{DEFAULT_PRESET}.yaml").is_file():
-            return directory / f"{DEFAULT_PRESET}.yaml"
-    raise ConfigError(
-        "the embedded default preset is missing from this installation; reinstall ffjobs",
-        source=f"{PRESETS_PACKAGE_DIR}/{DEFAULT_PRESET}.yaml",
-    )
-
-
-def config_from_dict(
-    data: Mapping[str, Any], source: str = "<dict>", overrides: Iterable[str] = ()
-) -> Config:
-    """Build a config from a plain mapping (a dumped config, Airflow Params, a run's params),
-    then apply ``--set`` overrides as :func:`load_config` does."""
-    origin = _Origin()
-    origin.record("", data, source, {})
-    merged = dict(data)
-    for text in overrides:
-        key, value = parse_override(text)
-        merged = _apply_override(merged, key, value, origin)
-    return _build(Config, merged, "", origin)
-
-
-# --------------------------------------------------------------------------- JSON schema
-
-_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
-_BOUND_KEYWORDS = {
-    "ge": "minimum",
-    "gt": "exclusiveMinimum",
-    "le": "maximum",
-    "lt": "exclusiveMaximum",
-}
-
-
-def param_schema(key: str, *, nullable: bool = False) -> dict[str, Any]:
-    """JSON-schema keywords for the config field at dotted ``key`` (e.g. an Airflow ``Param``).
-
-    The type comes from the annotation, bounds from ``metadata`` (``ge`` -> ``minimum``, ``gt`` ->
-    ``exclusiveMinimum``, ``le`` -> ``maximum``, ``lt`` -> ``exclusiveMaximum``) and ``enum``
-    from a ``Literal`` or ``metadata["choices"]``. ``nullable`` also admits ``null`` (a Param
-    left empty keeps the preset's value). An unknown key raises ``KeyError``.
-    """
-    cls: Any = Config
-    parts = key.split(".")
-    for i, part in enumerate(parts):
-        fields = (
-            {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
-        )
-        if part not in fields:
-            raise KeyError(f"no config field {'.'.join(parts[: i + 1])!r}")
-        found, cls = fields[part], typing.get_type_hints(cls)[part]
-    json_types, enum = _json_types(cls)
-    if nullable or "null" in json_types:
-        json_types = ["null", *(t for t in json_types if t != "null")]
-    schema: dict[str, Any] = {"type": json_types[0] if len(json_types) == 1 else json_types}
-    enum = enum or list(found.metadata.get("choices", ())) or None
-    if enum is not None:
-        schema["enum"] = [None, *enum] if "null" in json_types and None not in enum else enum
-    for name, keyword in _BOUND_KEYWORDS.items():
-        if name in found.metadata:
-            schema[keyword] = found.metadata[name]
-    return schema
-
-
-def _json_types(tp: Any) -> tuple[list[str], list[Any] | None]:
-    """The JSON types of annotation ``tp`` and, for a ``Literal``, its values."""
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        values = list(typing.get_args(tp))
-        return list(dict.fromkeys(_JSON_TYPES[type(v)] for v in values)), values
-    if origin in (typing.Union, types.UnionType):
-        names: list[str] = []
-        enum: list[Any] | None = None
-        for arg in typing.get_args(tp):
-            arg_types, arg_enum = _json_types(arg)
-            names += [t for t in arg_types if t not in names]
-            enum = arg_enum if arg_enum is not None else enum
-        return names, enum
-    if tp is type(None):
-        return ["null"], None
-    if origin in (list, tuple):
-        return ["array"], None
-    if origin is dict or dataclasses.is_dataclass(tp):
-        return ["object"], None
-    if tp in _JSON_TYPES:
-        return [_JSON_TYPES[tp]], None
-    raise TypeError(f"no JSON type for config annotation {tp!r}")
+    return build_dataclass(cls, data, "", origin)
