@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import setuptools
 
-from ffjobs.config import presets as config_module
 from ffjobs.config import ConfigError, load_config
+from ffjobs.config import presets as config_module
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -114,7 +114,7 @@ def run_benchmark(
     import torch
 
     from ffjobs.train.checkpoint import Checkpointer
-    from ffjobs.train.snapshot import HostSnapshot
+    from ffjobs.train.checkpoint.snapshot import HostSnapshot
 
     state = make_state(state_mb, tensors, device)
     loop = functools.partial(launch_loop, ops, device=device)

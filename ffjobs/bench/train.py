@@ -46,7 +46,7 @@ from typing import Any
 
 from ffjobs.cli import add_config_arguments, add_json_argument, config_from_args, print_json
 from ffjobs.errors import ExitCode
-from ffjobs.train.compile_cache import local_caches_root
+from ffjobs.train.compile.cache import local_caches_root
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -100,7 +100,7 @@ def _bench_train(args: argparse.Namespace) -> int:
     import torch
 
     from ffjobs.errors import UserError
-    from ffjobs.train.launch import LaunchFailed
+    from ffjobs.local_ranks import LaunchFailed
 
     if args.nproc < 1 or args.steps < 1 or args.warmup < 0 or args.profile_steps < 1:
         raise UserError("--nproc, --steps and --profile-steps must be >= 1, --warmup >= 0")
@@ -173,7 +173,7 @@ def run_compiler_cache(checkpoint_dir: str) -> Path:
 
     One path, as a restarted job on another node finds with the trainer's default folder: the
     compile-cache blob's kernels name their files in the folder they were compiled in, and a
-    warm launch in another folder would tune every kernel again (:mod:`ffjobs.train.compile_cache`).
+    warm launch in another folder would tune every kernel again (:mod:`ffjobs.train.compile.cache`).
     Under the root the trainer's default uses (node memory where it has room).
     """
     location = checkpoint_dir if "://" in checkpoint_dir else str(Path(checkpoint_dir).resolve())
@@ -184,7 +184,7 @@ def run_compiler_cache(checkpoint_dir: str) -> Path:
 def _launch(config: Any, args: argparse.Namespace, bench: dict, compiler_cache: Path) -> dict:
     """One benchmark launch, its compiler's local caches in ``compiler_cache``, emptied first
     and removed after: warm only through the compile cache in the checkpoint folder."""
-    from ffjobs.train.launch import launch_local
+    from ffjobs.train.worker import launch_local
 
     shutil.rmtree(compiler_cache, ignore_errors=True)
     # the ranks inherit these

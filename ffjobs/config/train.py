@@ -90,7 +90,7 @@ class TrainConfig:
     """With ``compile``: keep the compiler's caches as a blob beside the checkpoints
     (``compile-cache.bin``), so a restarted job of the run compiles warm, and the compiled
     regions' Dynamo captures (``compile-cache.regions.<device>.bin``), so it does not trace the
-    networks again (:mod:`ffjobs.train.regions`)."""
+    networks again (:mod:`ffjobs.train.compile.regions`)."""
     fused_adam: bool = True
     """Use the fused Adam kernel on CUDA (ignored on CPU)."""
     bucket_cap_mb: float = field(default=25.0, metadata={"gt": 0.0})

@@ -69,8 +69,8 @@ def _train_as_rank(args: argparse.Namespace) -> int:
     """One rank of a torchrun/srun job: rank 0 holds the run, every rank trains."""
     from ffjobs.runs.run import RUN_FILE, create_run, finish_run, join_location, resume_run
     from ffjobs.runs.stages import check_plan, run_stage
+    from ffjobs.train.compile.signing import run_key_file
     from ffjobs.train.job import TrainJob
-    from ffjobs.train.signing import run_key_file
     from ffjobs.train.worker import run_rank
 
     if args.nproc is not None:

@@ -3,7 +3,7 @@
 Kept apart from the loop because it tracks torch's DDP API (renamed arguments between
 releases) and the ``torch.compile`` wrapper around it: a DDP module is compiled lazily (Dynamo
 splits its graph at the gradient buckets), any other module becomes a
-:class:`~ffjobs.train.regions.CompiledRegion`, whose capture a restarted job loads instead of
+:class:`~ffjobs.train.compile.regions.CompiledRegion`, whose capture a restarted job loads instead of
 tracing again.
 """
 
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ffjobs.train.regions import CompiledRegion
+from ffjobs.train.compile.regions import CompiledRegion
 
 
 def no_buffer_sync_per_forward() -> dict[str, bool]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ffjobs.config.train import FaultInjection
-from ffjobs.train.storage import CheckpointStore
+from ffjobs.train.checkpoint.storage import CheckpointStore
 
 
 class InjectedFault(RuntimeError):

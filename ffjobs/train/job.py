@@ -25,7 +25,7 @@ class TrainJob:
     """The run's tracking spool folder (``<run dir>/tracking``): rank 0 of each node spools what
     it logs there first, so an outage or a crash loses nothing (see ``ffjobs.tracking``)."""
     signing_key_file: str | None = None
-    """The run's signing key (``<run dir>/signing.key``, :mod:`ffjobs.train.signing`) that the
+    """The run's signing key (``<run dir>/signing.key``, :mod:`ffjobs.train.compile.signing`) that the
     compile cache in the checkpoint folder is signed with; the path travels, never the key.
     Without one, a key of the user's own for this checkpoint folder."""
     quarantine: str | None = None

@@ -16,8 +16,8 @@ from ffjobs.train.attempts import (
     record_attempt,
     run_goodput,
 )
+from ffjobs.train.compile.signing import load_or_create_key, run_key_file
 from ffjobs.train.job import TrainJob
-from ffjobs.train.signing import load_or_create_key, run_key_file
 
 if TYPE_CHECKING:
     from ffjobs.local_ranks import LaunchFailed
@@ -90,8 +90,7 @@ def train_stage(
     (``skipped``). Facts: ``checkpoint`` (the last one written), ``start_step``, ``final_step``.
     """
     from ffjobs.local_ranks import LaunchFailed, launched_rank
-    from ffjobs.train.launch import launch_job
-    from ffjobs.train.worker import run_rank
+    from ffjobs.train.worker import launch_job, run_rank
 
     job = run_train_job(config, run, data=data)
     if config.slurm.executor == "slurm":

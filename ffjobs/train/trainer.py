@@ -46,8 +46,11 @@ from ffjobs.errors import UserError
 from ffjobs.models import FusionModels, build
 from ffjobs.models.losses import PAIR_KIND_SUMS, discriminator_loss, generator_loss
 from ffjobs.tracking.mlflow_logger import RunLogger
-from ffjobs.train import compile_cache, ddp, regions
+from ffjobs.train import ddp
 from ffjobs.train.checkpoint import capture_rng_state, open_checkpoints, restore_rng_state
+from ffjobs.train.compile import cache as compile_cache
+from ffjobs.train.compile import regions
+from ffjobs.train.compile.regions import CompiledRegion
 from ffjobs.train.data import BatchStream
 from ffjobs.train.distributed import DistEnv, print0
 from ffjobs.train.ema import GeneratorEMA
@@ -55,7 +58,6 @@ from ffjobs.train.faults import FaultInjector
 from ffjobs.train.metrics import CommTimer, ThroughputMeter, format_progress, synchronize
 from ffjobs.train.network import Network, build_network
 from ffjobs.train.prefetch import DevicePrefetcher
-from ffjobs.train.regions import CompiledRegion
 from ffjobs.train.runtime import configure_backends, seed_everything
 from ffjobs.train.stop import StopRequest
 
@@ -99,7 +101,7 @@ class Trainer:
         signing_key: bytes | None = None,
         probe: TrainingProbe | None = None,
     ):
-        """``signing_key``: the run's key (:mod:`ffjobs.train.signing`) that the compile cache
+        """``signing_key``: the run's key (:mod:`ffjobs.train.compile.signing`) that the compile cache
         in the checkpoint store is signed and checked with; without one that cache is neither
         read nor written (the job compiles cold). ``probe``: rank 0's measurement on the
         held-out set every ``evaluate.every_steps`` (:mod:`ffjobs.train.probe`)."""
@@ -165,7 +167,7 @@ class Trainer:
         self.identity = ddp.compiled("identity_encoder", self.identity_encoder, self.compile_mode)
         self.frozen_discriminator = discriminator
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(tc.precision)
-        # what a restarted job loads instead of tracing (ffjobs.train.regions), in the order a
+        # what a restarted job loads instead of tracing (ffjobs.train.compile.regions), in the order a
         # step first calls them: their saved captures load in the background, in this order,
         # under the step's autocast
         self.regions = [
@@ -275,7 +277,7 @@ class Trainer:
                 )
         # G's loss before D's backward: D's weights have no .grad yet when a compiled pass
         # through them is first captured, and a capture that guards a .grad does not load
-        # (ffjobs.train.regions); both losses see the same weights either way
+        # (ffjobs.train.compile.regions); both losses see the same weights either way
         d.module.requires_grad_(False)  # G's loss flows through D, not into it
         with self._autocast(), record_function("ffjobs.generator_loss_forward"):
             g_losses = generator_loss(

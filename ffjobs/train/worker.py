@@ -1,8 +1,11 @@
-"""One training rank: join the group, build data and models, train (or benchmark), leave.
+"""Training ranks: :func:`launch_job` starts them on this machine, :func:`run_rank` is one of
+them (join the group, build data and models, train or benchmark, leave).
 
-Started by the local launcher (``python -m ffjobs.train.worker JOB.json``, one process per
-rank), by torchrun, or by a SLURM task. Rank 0 attaches to the run's MLflow run by the id in
-the job; no rank starts or ends an MLflow run.
+A rank is started by :func:`launch_job` through the one local launcher
+(:mod:`ffjobs.local_ranks`: ``python -m ffjobs.train.worker JOB.json``, one process per rank),
+by torchrun, or by a SLURM task. The job (config, checkpoint folder, MLflow run to attach to,
+data choice) travels to the ranks as one JSON file; rank 0 writes its result beside it. Rank
+0 attaches to the run's MLflow run by the id in the job; no rank starts or ends an MLflow run.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import warnings
 from dataclasses import asdict
 from pathlib import Path
@@ -20,18 +24,52 @@ import torch
 
 from ffjobs.config import Config
 from ffjobs.errors import ExitCode
-from ffjobs.local_ranks import STOPPED_ON_REQUEST
+from ffjobs.local_ranks import STOPPED_ON_REQUEST, launch_ranks
 from ffjobs.process_tree import follow_launcher
 from ffjobs.tracking.mlflow_logger import RunLogger
+from ffjobs.train.compile.signing import load_or_create_key, user_key_file
 from ffjobs.train.data import RandomPairs
 from ffjobs.train.distributed import compute_cleanup, compute_init
 from ffjobs.train.job import DATA_KINDS, TrainJob
-from ffjobs.train.signing import load_or_create_key, user_key_file
 
-__all__ = ["DATA_KINDS", "build_train_dataset", "run_rank"]
+__all__ = ["DATA_KINDS", "build_train_dataset", "launch_job", "launch_local", "run_rank"]
 
 MEMORY_EPOCH_STEPS = 1000
 """Optimizer steps per epoch of ``--data memory`` (random images, no decoding)."""
+
+
+def launch_job(
+    job: TrainJob, nproc: int, *, log_dir: Path | None = None, quiet_stdout: bool = False
+) -> dict[str, Any]:
+    """Run ``nproc`` ranks of ``job`` to completion; return rank 0's result.
+
+    Rank logs go to ``log_dir`` (a temporary folder if not given); ``quiet_stdout`` sends
+    rank 0's console output to stderr (for ``--json`` callers). Raises :class:`LaunchFailed`
+    naming the first rank that failed.
+    """
+    with tempfile.TemporaryDirectory(prefix="ffjobs-train-") as tmp:
+        job_path = Path(tmp) / "job.json"
+        job_path.write_text(json.dumps(asdict(job), default=str))
+        result_path = Path(tmp) / "result.json"
+
+        def command(rank: int) -> list[str]:
+            argv = [sys.executable, "-m", "ffjobs.train.worker", str(job_path)]
+            return argv + (["--result", str(result_path)] if rank == 0 else [])
+
+        launch_ranks(
+            command,
+            nproc,
+            log_dir if log_dir is not None else Path(tmp) / "logs",
+            console=sys.stderr if quiet_stdout else sys.stdout,
+        )
+        return json.loads(result_path.read_text()) if result_path.exists() else {}
+
+
+def launch_local(config, nproc: int, **job_fields: Any) -> dict[str, Any]:
+    """``launch_job`` for a config and keyword fields of :class:`TrainJob` (tests, benchmarks);
+    ``log_dir`` and ``quiet_stdout`` go to the launcher."""
+    launch = {k: job_fields.pop(k) for k in ("log_dir", "quiet_stdout") if k in job_fields}
+    return launch_job(TrainJob.of(config, **job_fields), nproc, **launch)
 
 
 def build_train_dataset(
@@ -87,8 +125,8 @@ def flops_per_image(config: Config) -> float | None:
 def prepare_compiler(device: torch.device) -> None:
     """What a compiling rank does before its trainer: local caches in node memory, the
     compiler imported (and its first use begun) on this thread."""
-    from ffjobs.train.compile_cache import keep_local_caches_in_memory
-    from ffjobs.train.regions import import_compiler
+    from ffjobs.train.compile.cache import keep_local_caches_in_memory
+    from ffjobs.train.compile.regions import import_compiler
 
     keep_local_caches_in_memory()
     import_compiler(device)

@@ -63,8 +63,8 @@ def main() -> None:
 
     import boto3
 
-    from ffjobs.data import sources
     from ffjobs.config.data import ValidationConfig
+    from ffjobs.data import sources
     from ffjobs.data.synth import generate_dataset
     from ffjobs.data.validate import validate_dataset
     from ffjobs.local_ranks import free_loopback_port

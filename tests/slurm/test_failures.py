@@ -457,7 +457,9 @@ def test_a_full_checkpoint_folder_is_storage_and_outranks_the_peer_it_took_down(
         f"free of 2.0 MiB; {NOT_RETRIED}"
     )
     assert failure.suspect_nodes == ()  # a full disk is no node's fault
-    assert failure.evidence[0].startswith("rank 0 (node1): ffjobs.train.storage.StorageError: ")
+    assert failure.evidence[0].startswith(
+        "rank 0 (node1): ffjobs.train.checkpoint.storage.StorageError: "
+    )
 
 
 @pytest.mark.parametrize(
@@ -483,7 +485,7 @@ def test_storage_errors_of_the_os_and_s3_are_storage_naming_what_refused(fixture
         "RuntimeError: background checkpoint write failed: checkpoint folder /c: No space left "
         "on device (ENOSPC) writing step-00000004.pt (1.0 MiB); 0 B free of 2.0 MiB",
         "OSError: [Errno 30] Read-only file system: '/shared/ckpt/run-1/step-00000004.pt'",
-        "ffjobs.train.storage.StorageError: checkpoint store s3://b/ckpt/run-1: access denied "
+        "ffjobs.train.checkpoint.storage.StorageError: checkpoint store s3://b/ckpt/run-1: access denied "
         "(AccessDenied) writing step-00000004.pt (1.0 MiB) to s3://b/ckpt/run-1/step-00000004.pt",
     ],
 )

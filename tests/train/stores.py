@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ffjobs.train.checkpoint import data_name
-from ffjobs.train.storage import LocalStore
+from ffjobs.train.checkpoint.storage import LocalStore
 
 
 def wait_for(path: Path, timeout_s: float = 60.0) -> None:

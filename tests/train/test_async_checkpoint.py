@@ -15,8 +15,13 @@ import psutil
 import pytest
 import torch
 
-from ffjobs.train import snapshot
-from ffjobs.train.checkpoint import Checkpointer, CheckpointWarning, data_name, manifest_name
+from ffjobs.train.checkpoint import (
+    Checkpointer,
+    CheckpointWarning,
+    data_name,
+    manifest_name,
+    snapshot,
+)
 from ffjobs.train.job import TrainJob
 from ffjobs.train.worker import run_rank
 

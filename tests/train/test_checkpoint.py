@@ -17,8 +17,8 @@ from ffjobs.train.checkpoint import (
     manifest_name,
     restore_rng_state,
 )
+from ffjobs.train.checkpoint.storage import LocalStore
 from ffjobs.train.faults import corrupt_blob
-from ffjobs.train.storage import LocalStore
 
 
 def _state(value: float) -> dict:

@@ -22,8 +22,8 @@ from ffjobs.train.checkpoint import (
     latest_step,
     open_checkpoints,
 )
+from ffjobs.train.checkpoint.storage import LocalStore, S3Store, open_store
 from ffjobs.train.faults import corrupt_blob
-from ffjobs.train.storage import LocalStore, S3Store, open_store
 
 DEAD_ENDPOINT = "http://127.0.0.1:9"  # the discard port: nothing answers S3 there
 
@@ -96,7 +96,11 @@ def test_every_reader_of_a_runs_checkpoints_opens_them_in_one_place():
         for path in package.rglob("*.py")
         if "Checkpointer(" in path.read_text()
     }
-    assert built <= {"train/checkpoint.py", "train/checkpoint_writer.py", "bench/checkpoint.py"}
+    assert built <= {
+        "train/checkpoint/manager.py",
+        "train/checkpoint/writer.py",
+        "bench/checkpoint.py",
+    }
 
 
 def _gone_owner() -> dict:

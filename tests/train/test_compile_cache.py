@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from ffjobs.train.compile_cache import BLOB, regions_file
-from ffjobs.train.signing import sign
+from ffjobs.train.compile.cache import BLOB, regions_file
+from ffjobs.train.compile.signing import sign
 
 from .helpers import tiny_config
 
@@ -89,8 +89,8 @@ def test_a_restarted_compiled_run_loads_the_cache_from_its_checkpoint_dir(tmp_pa
 def test_saved_region_captures_are_used_only_by_the_code_and_settings_they_were_made_for(
     tmp_path,
 ):
-    from ffjobs.train import compile_cache
-    from ffjobs.train.storage import LocalStore
+    from ffjobs.train.checkpoint.storage import LocalStore
+    from ffjobs.train.compile import cache as compile_cache
 
     store = LocalStore(tmp_path / "run")
     report = compile_cache.CacheReport()
@@ -114,7 +114,7 @@ def test_saved_region_captures_are_used_only_by_the_code_and_settings_they_were_
 def _store_with_blob(tmp_path):
     import torch
 
-    from ffjobs.train.storage import LocalStore
+    from ffjobs.train.checkpoint.storage import LocalStore
 
     store = LocalStore(tmp_path / "run")
     torch.compile(lambda x: x * 2 + 1)(torch.ones(3))  # one cache entry to carry
@@ -124,7 +124,7 @@ def _store_with_blob(tmp_path):
 
 
 def test_a_start_that_never_reached_its_first_step_makes_the_next_one_compile_cold(tmp_path):
-    from ffjobs.train import compile_cache
+    from ffjobs.train.compile import cache as compile_cache
 
     store = _store_with_blob(tmp_path)
     first = compile_cache.CacheReport()
@@ -145,7 +145,7 @@ def test_a_start_that_never_reached_its_first_step_makes_the_next_one_compile_co
 
 
 def test_the_marker_goes_at_the_first_step_and_other_ranks_have_their_own(tmp_path):
-    from ffjobs.train import compile_cache
+    from ffjobs.train.compile import cache as compile_cache
 
     store = _store_with_blob(tmp_path)
     rank0, rank1 = compile_cache.CacheReport(), compile_cache.CacheReport()
@@ -166,8 +166,8 @@ def test_a_blob_loaded_into_another_local_cache_folder_says_its_kernels_are_tune
 
     import torch
 
-    from ffjobs.train import compile_cache
-    from ffjobs.train.storage import LocalStore
+    from ffjobs.train.checkpoint.storage import LocalStore
+    from ffjobs.train.compile import cache as compile_cache
 
     store = LocalStore(tmp_path / "run")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "node-a"))
@@ -204,7 +204,7 @@ def test_local_caches_go_to_node_memory_only_where_it_can_take_them(
 ):
     import tempfile
 
-    from ffjobs.train import compile_cache
+    from ffjobs.train.compile import cache as compile_cache
 
     monkeypatch.setattr(compile_cache, "NODE_MEMORY", str(tmp_path))
     monkeypatch.setattr(compile_cache.os, "statvfs", lambda path: _filesystem(free_bytes, flags))
@@ -219,7 +219,7 @@ def test_local_caches_go_to_node_memory_only_where_it_can_take_them(
 def test_without_node_memory_local_caches_stay_where_inductor_puts_them(tmp_path, monkeypatch):
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    from ffjobs.train import compile_cache
+    from ffjobs.train.compile import cache as compile_cache
 
     monkeypatch.setattr(compile_cache, "NODE_MEMORY", str(tmp_path / "absent"))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
@@ -228,7 +228,7 @@ def test_without_node_memory_local_caches_stay_where_inductor_puts_them(tmp_path
 
 
 def test_a_local_cache_folder_the_job_names_is_kept(tmp_path, monkeypatch):
-    from ffjobs.train import compile_cache
+    from ffjobs.train.compile import cache as compile_cache
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     compile_cache.keep_local_caches_in_memory()

@@ -17,7 +17,8 @@ import signal
 import pytest
 import torch
 
-from ffjobs.train.launch import LaunchFailed, launch_local
+from ffjobs.local_ranks import LaunchFailed
+from ffjobs.train.worker import launch_local
 
 from .helpers import (
     GRAD_RTOL,

@@ -12,7 +12,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ffjobs.train import ddp
-from ffjobs.train.regions import CompiledRegion
+from ffjobs.train.compile.regions import CompiledRegion
 
 CPU = torch.device("cpu")
 

@@ -11,10 +11,11 @@ import time
 import pytest
 
 from ffjobs.config.train import FaultInjection
+from ffjobs.local_ranks import LaunchFailed
 from ffjobs.train import faults
+from ffjobs.train.checkpoint.storage import LocalStore
 from ffjobs.train.faults import FaultInjector, InjectedFault, marker_name
-from ffjobs.train.launch import LaunchFailed, launch_local
-from ffjobs.train.storage import LocalStore
+from ffjobs.train.worker import launch_local
 
 from .helpers import tiny_config
 

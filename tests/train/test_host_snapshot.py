@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ffjobs.train.snapshot import HostSnapshot, decode, encode
+from ffjobs.train.checkpoint.snapshot import HostSnapshot, decode, encode
 
 
 def _state(device: str) -> dict:

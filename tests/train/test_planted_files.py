@@ -22,22 +22,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from ffjobs.train import compile_cache
 from ffjobs.train.checkpoint import (
     Checkpointer,
     CheckpointWarning,
     data_name,
     manifest_name,
 )
-from ffjobs.train.job import TrainJob
-from ffjobs.train.signing import (
+from ffjobs.train.checkpoint.storage import LocalStore
+from ffjobs.train.compile import cache as compile_cache
+from ffjobs.train.compile.signing import (
     MAGIC,
     SignatureError,
     load_or_create_key,
     sign,
     verified_payload,
 )
-from ffjobs.train.storage import LocalStore
+from ffjobs.train.job import TrainJob
 from ffjobs.train.worker import run_rank
 
 from .helpers import tiny_config
@@ -250,7 +250,7 @@ def test_the_training_stage_hands_the_ranks_the_key_file_not_the_key(tmp_path, m
         jobs.append(job)
         return {"start_step": 0, "final_step": 0}
 
-    monkeypatch.setattr("ffjobs.train.launch.launch_job", launched)
+    monkeypatch.setattr("ffjobs.train.worker.launch_job", launched)
     stage.train_stage(config, run, data="memory")
     finish_run(run, "FINISHED")
     (job,) = jobs

@@ -17,14 +17,14 @@ import pytest
 import torch
 from torch import nn
 
-from ffjobs.train.regions import CompiledRegion, offer_all
+from ffjobs.train.compile.regions import CompiledRegion, offer_all
 
 # one process's run of a region: bf16 autocast as in training, a no-grad call and a grad
 # call (two captures), the outputs and weight gradients written as JSON
 _RUN = """
 import json, sys, torch
 from torch import nn
-from ffjobs.train.regions import CompiledRegion, offer_all
+from ffjobs.train.compile.regions import CompiledRegion, offer_all
 
 mode, path = sys.argv[1], sys.argv[2]
 torch.manual_seed(0)
@@ -117,7 +117,7 @@ def test_saved_captures_that_do_not_load_are_captured_again():
 def test_saved_captures_load_in_the_background_in_call_order(monkeypatch):
     """offer_all returns at once; one loader thread deserialises the regions in the order
     given, each inside the context it was handed; a region's first call waits for its own."""
-    from ffjobs.train import regions
+    from ffjobs.train.compile import regions
 
     release = threading.Event()
     loaded = []
@@ -172,7 +172,7 @@ def test_a_module_that_cannot_be_captured_is_compiled_lazily():
 
 
 def test_the_fingerprint_follows_the_settings():
-    from ffjobs.train.regions import fingerprint
+    from ffjobs.train.compile.regions import fingerprint
 
     assert fingerprint({"precision": "bf16"}) == fingerprint({"precision": "bf16"})
     assert fingerprint({"precision": "bf16"}) != fingerprint({"precision": "fp32"})
@@ -182,7 +182,7 @@ def test_the_compiler_is_imported_on_the_calling_thread_before_any_other_starts(
     # CUDA graph trees keep per-thread state, made by the thread that imports them: the main
     # thread must be the one (torch 2.11 fails a CUDA graph run on the main thread otherwise)
     code = (
-        "import torch; from ffjobs.train.regions import import_compiler; "
+        "import torch; from ffjobs.train.compile.regions import import_compiler; "
         "import_compiler(torch.device('cpu')); "
         "print(torch._C._is_key_in_tls('tree_manager_containers'))"
     )
@@ -197,7 +197,7 @@ def test_the_compiler_is_imported_on_the_calling_thread_before_any_other_starts(
 def test_the_compiler_warm_up_runs_on_its_own_thread_and_never_fails_the_start(monkeypatch):
     import torch._inductor.codecache
 
-    from ffjobs.train.regions import import_compiler
+    from ffjobs.train.compile.regions import import_compiler
 
     warm_up = import_compiler(torch.device("cpu"))
     assert warm_up.name == "ffjobs-compiler-warm-up" and warm_up.daemon

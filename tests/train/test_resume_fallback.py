@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ffjobs.train.checkpoint import CheckpointWarning, data_name
+from ffjobs.train.checkpoint.storage import LocalStore
 from ffjobs.train.faults import corrupt_blob
 from ffjobs.train.job import TrainJob
-from ffjobs.train.storage import LocalStore
 from ffjobs.train.worker import run_rank
 
 from .helpers import tiny_config

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ffjobs.train.checkpoint import Checkpointer, capture_rng_state, data_name, manifest_name
-from ffjobs.train.storage import LocalStore, S3Store, StorageError
+from ffjobs.train.checkpoint.storage import LocalStore, S3Store, StorageError
 
 from .stores import FullStore
 

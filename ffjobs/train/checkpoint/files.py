@@ -1,6 +1,6 @@
 """A checkpoint's files in a store: the names, the write (data file, then its manifest), the
 steps found and the pruning. Used by :class:`~ffjobs.train.checkpoint.Checkpointer` in the
-training process and by the checkpoint writer process (:mod:`ffjobs.train.checkpoint_writer`)."""
+training process and by the checkpoint writer process (:mod:`ffjobs.train.checkpoint.writer`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ffjobs.train.storage import CheckpointStore
+from ffjobs.train.checkpoint.storage import CheckpointStore
 
 _MANIFEST = re.compile(r"step-(\d+)\.json")
 

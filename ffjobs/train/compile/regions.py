@@ -1,6 +1,6 @@
 """Compiled regions whose Dynamo capture is saved with the run, so a restart does not trace.
 
-A warm start that loads only the compiler's caches (:mod:`ffjobs.train.compile_cache`) still
+A warm start that loads only the compiler's caches (:mod:`ffjobs.train.compile.cache`) still
 runs Dynamo over every region again (bytecode tracing and fake-tensor propagation of G, D and
 the identity encoder with and without grad), a large part of a warm first step. A
 :class:`CompiledRegion` captures its module ahead of time, on its first call in each calling

@@ -1,40 +1,6 @@
-"""Checkpoints as the unit of truth: atomic, verified, keep-last-K, with every rank's RNG state.
-
-Layout in the store (a local shared directory or ``s3://``)::
-
-    step-00000050.pt     torch.save of the whole training state (loaded with weights_only=True)
-    step-00000050.json   manifest: step, file, size, sha256, world size
-
-The manifest is written after the data file, so a manifest always names a complete file; a
-checkpoint whose file is missing, truncated or altered fails verification, and
-:meth:`Checkpointer.latest_verified` falls back to the previous one with a warning naming it.
-
-A matching sha256 says the file is the one its manifest names, not who wrote it: whoever can
-write to the store can rewrite both. So a checkpoint is only ever deserialised as tensors and
-plain containers (``torch.load(weights_only=True)``: nothing in it can run code), and one
-that does not load that way is refused by name, in one line, and
-:meth:`Checkpointer.load_latest` falls back to the previous one that does.
-
-RNG states are per rank: every rank's states are gathered to rank 0 (``all_gather_object``)
-and written into the one file, so a restart with the same world size continues each rank's
-random stream exactly.
-
-Asynchronous save (``asynchronous=True``): training is blocked only while the state is copied
-into a shared host buffer reused from save to save (:class:`~ffjobs.train.snapshot.HostSnapshot`);
-serialising, hashing and writing run in a writer process
-(:mod:`ffjobs.train.checkpoint_writer`), so they do not take the interpreter from the training
-loop. The next save, :meth:`Checkpointer.wait` and :meth:`Checkpointer.latest_verified` wait
-for the write in flight; :meth:`Checkpointer.close` also stops the writer. A crash during the
-write leaves at most a hidden temporary file and no manifest, so the previous verified
-checkpoint stays the latest one.
-
-Storage that refuses a write (full, over quota, read-only, access denied) raises
-:class:`~ffjobs.train.storage.StorageError` naming the folder and its free space, from
-:meth:`Checkpointer.save` or, for a background write, from the next save or
-:meth:`Checkpointer.wait`. Nothing of the refused checkpoint stays: the temporary file is
-removed, and a data file whose manifest could not be written is deleted. The checkpoints
-before it are untouched (pruning comes only after a complete write).
-"""
+"""The checkpoint manager (:class:`Checkpointer`): save, verify, load and prune one run's
+checkpoints, and :func:`open_checkpoints`, the one way to open them. The package docstring
+(:mod:`ffjobs.train.checkpoint`) says how a checkpoint is laid out and kept safe."""
 
 from __future__ import annotations
 
@@ -56,17 +22,17 @@ import torch.distributed as dist
 
 from ffjobs.config.s3 import S3Config
 from ffjobs.errors import UserError
-from ffjobs.train.checkpoint_files import (
+from ffjobs.train.checkpoint.files import (
     checkpoint_steps,
     data_name,
     manifest_name,
     prune_checkpoints,
     write_checkpoint_files,
 )
-from ffjobs.train.checkpoint_writer import CheckpointWriter
+from ffjobs.train.checkpoint.snapshot import HostSnapshot, SharedMemoryTooSmall, encode
+from ffjobs.train.checkpoint.storage import CheckpointStore, StorageError, open_store
+from ffjobs.train.checkpoint.writer import CheckpointWriter
 from ffjobs.train.distributed import barrier, get_rank, get_world_size
-from ffjobs.train.snapshot import HostSnapshot, SharedMemoryTooSmall, encode
-from ffjobs.train.storage import CheckpointStore, StorageError, open_store
 
 if TYPE_CHECKING:
     from ffjobs.config import Config

@@ -3,7 +3,7 @@
 Serialising a gigabyte of state, hashing it and writing it take seconds of Python; on a thread
 they hold the interpreter the training loop needs to launch its kernels. The writer is a
 process of its own (spawn context, started at the first asynchronous save): it maps the
-snapshot's shared buffer (:mod:`ffjobs.train.snapshot`), rebuilds the state and writes it
+snapshot's shared buffer (:mod:`ffjobs.train.checkpoint.snapshot`), rebuilds the state and writes it
 through its own copy of the store exactly as a synchronous save does
 (:meth:`ffjobs.train.checkpoint.Checkpointer.write`: data file, manifest, prune). A thread of
 the parent waits for its answer and reports the write's time or error.
@@ -33,10 +33,10 @@ import torch
 import torch.multiprocessing
 
 from ffjobs.process_tree import die_with_parent
-from ffjobs.train.snapshot import decode
+from ffjobs.train.checkpoint.snapshot import decode
 
 if TYPE_CHECKING:
-    from ffjobs.train.storage import CheckpointStore
+    from ffjobs.train.checkpoint.storage import CheckpointStore
 
 POLL_S = 0.5  # how often an idle writer looks for its parent (without a parent-death signal)
 NICENESS = 10
@@ -154,7 +154,7 @@ def serve(
     store: CheckpointStore, keep: int, requests: Any, results: Connection, parent_pid: int
 ) -> None:
     """The writer process: write each ``(step, buffer, encoded)`` request until told to stop."""
-    from ffjobs.train.checkpoint_files import prune_checkpoints, write_checkpoint_files
+    from ffjobs.train.checkpoint.files import prune_checkpoints, write_checkpoint_files
 
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

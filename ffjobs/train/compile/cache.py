@@ -18,7 +18,7 @@ into another folder says so in a warning.
 
 The blob and the captures are code: Inductor's generated modules and pickles of graphs, run
 when loaded. No format carries them without that, so instead of a safe format each file is
-signed with the run's secret key (:mod:`ffjobs.train.signing`, HMAC-SHA256; the key is kept
+signed with the run's secret key (:mod:`ffjobs.train.compile.signing`, HMAC-SHA256; the key is kept
 out of the store) and checked before anything in it is deserialised. Whoever can write to
 the checkpoint folder or bucket but does not hold the key cannot get code run: an unsigned,
 altered or foreign file is refused by name with a warning, and the job compiles cold.
@@ -31,7 +31,7 @@ node memory (``/dev/shm/torchinductor_<user>``: the same path on every node that
 ``/dev/shm`` can take it (:func:`local_caches_root`), and in Inductor's default otherwise.
 
 Beside the blob, ``compile-cache.regions.<device>.bin`` holds the Dynamo captures of the
-compiled regions (:mod:`ffjobs.train.regions`), so a restart loads the graphs instead of
+compiled regions (:mod:`ffjobs.train.compile.regions`), so a restart loads the graphs instead of
 tracing the networks again: one file per local device (``cuda0``, ``cuda1``, ``cpu``), since a
 capture's guards name the device of its inputs; every rank writes its device's. It is used
 only when its fingerprint (torch, the networks' code, the settings that shape the graphs) is
@@ -52,8 +52,8 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 
-from ffjobs.train.signing import SignatureError, sign, verified_payload
-from ffjobs.train.storage import CheckpointStore
+from ffjobs.train.checkpoint.storage import CheckpointStore
+from ffjobs.train.compile.signing import SignatureError, sign, verified_payload
 
 BLOB = "compile-cache.bin"
 MADE_IN = "compile-cache.json"
