@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from typing import Any
 
 from ffjobs.cli import add_json_argument, print_json
 from ffjobs.slurm.drills import cut_link, job_nodes, wait_for_step
+from ffjobs.slurm.progress import Start, read_starts
 
 DRILLS = {
     "kill": ["train.faults.kill_rank=1", "train.faults.kill_at_step=20"],
@@ -44,7 +44,6 @@ TRAIN = [
     "train.precision=fp32", "train.init_timeout_s=60", "tracking.enabled=false",
     "slurm.retry_backoff_s=1", "slurm.time_min=5",
 ]  # fmt: skip
-_FIRST_STEP = re.compile(r"first step (\d+) done at ([\d.]+) \(started from step (\d+)\)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -99,8 +98,10 @@ def run_drill(config: str, drill: str, fast: bool, collective_timeout: float) ->
         attempts = [
             json.loads(x) for x in Path(outcome["facts"]["attempt_log"]).read_text().splitlines()
         ]
-        logs = "".join(p.read_text(errors="replace") for p in work.glob("jobs/*/*/*/*_log.*"))
-        resumed = [(float(t), int(s)) for _, t, s in _FIRST_STEP.findall(logs) if int(s) > 0]
+        starts = [
+            s for f in sorted(work.glob("jobs/*/*/*/*_progress.jsonl")) for s in read_starts(f)
+        ]
+        resumed = [s.first_step_at for s in starts if s.start_step > 0]
         first_failed = next((a for a in attempts if a["kind"]), None)
         return {
             "drill": drill,
@@ -109,14 +110,15 @@ def run_drill(config: str, drill: str, fast: bool, collective_timeout: float) ->
             "attempts": len(attempts),
             "kind": first_failed["kind"] if first_failed else None,
             "detect_s": round(first_failed["ended_at"] - fault_at, 1) if first_failed else None,
-            "resume_s": round(min(t for t, _ in resumed) - fault_at, 1) if resumed else None,
-            "steps_lost": _steps_redone(logs),
+            "resume_s": round(min(resumed) - fault_at, 1) if resumed else None,
+            "steps_lost": _steps_redone(starts),
         }
 
 
-def _steps_redone(logs: str) -> int | None:
-    """Steps trained twice: every step logs one progress line, the redone ones two."""
-    reached = re.findall(r"^step (\d+)/", logs, re.MULTILINE)
+def _steps_redone(starts: list[Start]) -> int | None:
+    """Steps trained twice: each start reports the steps it reached (every step, under the
+    drills' ``train.log_every=1``), the redone ones twice."""
+    reached = [step for start in starts for step in start.steps]
     return len(reached) - len(set(reached)) if reached else None
 
 

@@ -23,19 +23,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ffjobs.slurm.progress import read_starts
+
 LINK_SCRIPT_VAR = "FFJOBS_LINK_SCRIPT"
 DEFAULT_RATE = "8mbit"
 
 
 def wait_for_step(work: Path, step: int, timeout_s: float = 300) -> str:
-    """Block until rank 0 of the run's first job (``work/runs``, ``work/jobs``) has logged
-    ``step``; return that job's id."""
+    """Block until rank 0 of the run's first job (``work/runs``, ``work/jobs``) has reported
+    ``step`` in its progress record; return that job's id."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for record in (work / "runs").glob("*/run.json"):
             jobs = json.loads(record.read_text()).get("slurm_jobs") or []
-            logs = list((work / "jobs").glob("*/attempt-1/*/*_0_log.out"))
-            if jobs and logs and f"step {step}/" in logs[0].read_text(errors="replace"):
+            progress = list((work / "jobs").glob("*/attempt-1/*/*_progress.jsonl"))
+            reached = (
+                [s for start in read_starts(progress[0]) for s in start.steps] if progress else []
+            )
+            if jobs and reached and max(reached) >= step:
                 return jobs[0]["job_id"]
         time.sleep(0.1)
     raise TimeoutError(f"training under {work} never reached step {step} in {timeout_s:.0f} s")

@@ -44,13 +44,12 @@ from ffjobs.slurm.jobstate import (
     job_state,
     poll_jobs,
 )
+from ffjobs.slurm.progress import PROGRESS_ENV, progress_file, read_starts, summary
 from ffjobs.slurm.supervisor import AttemptResult
 from ffjobs.train.job import TrainJob
 
 _HELD = re.compile(r"\bJobState=PENDING\b.*\bReason=JobHeldUser\b")
 _COMMAND = re.compile(r"\bCommand=(\S+)")
-_PROGRESS = re.compile(r"^step (\d+)/\d+ ", re.MULTILINE)
-_FIRST_STEP = re.compile(r"first step \d+ done at ([\d.]+) \(started from step (\d+)\)")
 
 
 class SubmissionRejected(RuntimeError):
@@ -71,6 +70,8 @@ class TrainingTask:
         from ffjobs.slurm.nodes import node_address
         from ffjobs.train.worker import run_rank
 
+        here = submitit.JobEnvironment()
+        os.environ[PROGRESS_ENV] = str(progress_file(here.paths.folder, here.job_id))
         # submitit installed its requeue handler before calling us; the trainer replaces it
         # with the stop request, and rank 0 gives it back once every rank has checkpointed
         # ahead of a pre-emption or the time limit (never after a cancel: SIGTERM)
@@ -82,7 +83,6 @@ class TrainingTask:
         try:
             result = run_rank(job)
         except Exception as exc:  # word for the supervisor, in case SLURM cannot end the job
-            here = submitit.JobEnvironment()
             node = here.hostnames[here.node]
             rank_failures.report(here.paths.folder, here.job_id, env.rank, node, exc)
             raise
@@ -140,6 +140,7 @@ class TrainingAgent:
             monitor_interval=0.2,
             local_addr=node_address(env.hostnames[env.node]),
         )
+        os.environ[PROGRESS_ENV] = str(progress_file(folder, env.job_id))  # for rank 0
         requeue = signal.getsignal(signal.SIGUSR2)
         stop = _ForwardStop()
         signal.signal(signal.SIGUSR2, stop.forward)
@@ -394,15 +395,15 @@ class SlurmAttempts:
                 _settle(job_id)
                 cancelled_by = cancels.who_cancelled(note, cancels.cancelled_by_user(job_id))
         ranks = self._rank_logs(job_id, status.nodes, status.exit_code, folder)
-        # every start of the ranks, in log order: (when, from which step, steps it logged); the
-        # first is where the attempt began, later ones are restarts inside the allocation (the
-        # fast path) or runs after a requeue
-        starts = _starts("".join(r.text for r in ranks))  # only rank 0 prints progress
+        # every start of the ranks, in order (rank 0's progress record): the first is where the
+        # attempt began, later ones are restarts inside the allocation (the fast path) or runs
+        # after a requeue
+        starts = read_starts(progress_file(JobPaths(folder, job_id=job_id).folder, job_id))
         runs = job_runs(job_id) if status.state is not JobState.UNKNOWN else []
         failed_runs = [r for r in runs[:-1] if r.slurm_state in FAILED_RUN_STATES and r.nodes]
         requeued: list[AttemptResult] = []
         for run in failed_runs:  # each owns the starts before it ended
-            mine = [s for s in starts if run.ended_at is None or s[0] <= run.ended_at]
+            mine = [s for s in starts if run.ended_at is None or s.first_step_at <= run.ended_at]
             starts = starts[len(mine) :]
             requeued.append(
                 AttemptResult(
@@ -410,8 +411,8 @@ class SlurmAttempts:
                     nodes=run.nodes,
                     state=job_state(run.slurm_state),
                     ranks=self._rank_logs(job_id, run.nodes, None, folder),
-                    **_progress(mine),
-                    checkpoint_step=starts[0][1] if starts else None,
+                    **summary(mine),
+                    checkpoint_step=starts[0].start_step if starts else None,
                     started_at=requeued[-1].ended_at if requeued else started,
                     ended_at=run.ended_at or time.time(),
                     slurm_state=run.slurm_state,
@@ -428,7 +429,7 @@ class SlurmAttempts:
             state=status.state,
             exit_code=status.exit_code,
             ranks=ranks,
-            **_progress(starts),
+            **summary(starts),
             checkpoint_step=ref.step if ref else None,
             started_at=requeued[-1].ended_at if requeued else started,
             ended_at=time.time(),
@@ -496,27 +497,6 @@ def run_jobs(run_key: str, runner: Runner = run_command) -> list[str]:
     argv = ["sacct", "-X", "-n", "-P", "--name", run_key, "-S", "now-30days", "-o", "JobID"]
     found = [line.strip() for line in runner(argv).splitlines()]
     return list(dict.fromkeys(job_id for job_id in found if JOB_ID_PATTERN.fullmatch(job_id)))
-
-
-def _starts(logs: str) -> list[tuple[float, int, list[int]]]:
-    """Every start of the ranks in ``logs``: (when, from which step, the steps it logged)."""
-    matches = list(_FIRST_STEP.finditer(logs))
-    starts = []
-    for i, match in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(logs)
-        steps = [int(s) for s in _PROGRESS.findall(logs, match.start(), end)]
-        starts.append((float(match.group(1)), int(match.group(2)), steps))
-    return sorted(starts, key=lambda start: start[0])
-
-
-def _progress(starts: list[tuple[float, int, list[int]]]) -> dict[str, Any]:
-    """Where a run of starts began, when its first step was done, and the last step it logged."""
-    steps = [step for *_, logged in starts for step in logged]
-    return {
-        "start_step": starts[0][1] if starts else None,
-        "first_step_at": starts[0][0] if starts else None,
-        "final_step": steps[-1] if steps else None,
-    }
 
 
 def unresponsive_nodes(nodes: tuple[str, ...] | list[str]) -> tuple[str, ...]:

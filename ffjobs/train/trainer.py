@@ -45,6 +45,7 @@ from ffjobs.data.dataset import to_model_images
 from ffjobs.errors import UserError
 from ffjobs.models import FusionModels, build
 from ffjobs.models.losses import PAIR_KIND_SUMS, discriminator_loss, generator_loss
+from ffjobs.slurm.progress import ProgressRecord
 from ffjobs.tracking.mlflow_logger import RunLogger
 from ffjobs.train import ddp
 from ffjobs.train.checkpoint import capture_rng_state, open_checkpoints, restore_rng_state
@@ -155,6 +156,7 @@ class Trainer:
                 key=self.signing_key,
             )
         self.first_step_s: float | None = None
+        self.progress = ProgressRecord.for_rank(env.rank)  # what the supervisor reads
         self.comm = CommTimer(device)
         self.generator = self._network("generator", generator, tc.lr)
         self.discriminator = self._network("discriminator", discriminator, tc.lr_discriminator)
@@ -358,6 +360,7 @@ class Trainer:
             last = step == self.tc.steps
             if step % self.tc.log_every == 0 or last:
                 metrics = self._report(step, window_losses, window_steps)
+                self.progress.reached(step, time.time())
                 result.history.append(metrics)
                 window_losses = {k: torch.zeros_like(v) for k, v in window_losses.items()}
                 window_steps = 0
@@ -465,9 +468,10 @@ class Trainer:
                 if self.env.rank == 0:
                     compile_cache.save(store, cache, key=self.signing_key)
         if self.env.rank == 0:
-            # the wall-clock time is what ffjobs bench recovery reads a recovery's end from
+            done_at = time.time()  # when a recovery ends, for the supervisor and the bench
+            self.progress.first_step(step - 1, done_at)
             print0(
-                f"first step {step} done at {time.time():.3f} (started from step {step - 1}), "
+                f"first step {step} done at {done_at:.3f} (started from step {step - 1}), "
                 f"{self.first_step_s:.1f} s after start (compile cache: "
                 f"{cache.loaded_entries} entries loaded, {cache.saved_entries} saved; "
                 f"{regions.summary(self.regions)}, {cache.saved_regions} regions saved)"

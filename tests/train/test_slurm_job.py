@@ -1,13 +1,12 @@
 """What only the controller knows: a node it lost during the job is the suspect even when every
-rank's log only blames its peer (a cut link looks the same from both ends); and how the
-backend splits one job's logs into the runs SLURM made of it."""
+rank's log only blames its peer (a cut link looks the same from both ends)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ffjobs.slurm.failures import FailureKind, RankLog, classify_failure
-from ffjobs.train.slurm_job import _progress, _starts, unresponsive_nodes
+from ffjobs.train.slurm_job import unresponsive_nodes
 
 DATA = Path(__file__).parents[1] / "slurm" / "data"  # the SLURM logs the slurm tests read too
 
@@ -42,19 +41,3 @@ def test_unresponsive_nodes_reads_sinfo_states(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
     assert unresponsive_nodes(["node1", "node2", "node3"]) == ("node2", "node3")
     assert unresponsive_nodes([]) == ()
-
-
-def test_a_requeued_jobs_log_splits_at_each_start():
-    """submitit appends every run of a job id to the same log: each start of the ranks (its
-    ``first step`` line) owns the progress lines up to the next one."""
-    log = (
-        "first step 1 done at 100.0 (started from step 0), 0.2 s after start\n"
-        "step 1/60 [.] | x\nstep 2/60 [.] | x\nstep 5/60 [.] | x\n"
-        "srun: error: Node failure on node2\n"
-        "first step 5 done at 180.5 (started from step 4), 0.3 s after start\n"
-        "step 5/60 [.] | x\nstep 60/60 [#] | x\n"
-    )
-    first, second = _starts(log)
-    assert first == (100.0, 0, [1, 2, 5]) and second == (180.5, 4, [5, 60])
-    assert _progress([first]) == {"start_step": 0, "first_step_at": 100.0, "final_step": 5}
-    assert _progress([]) == {"start_step": None, "first_step_at": None, "final_step": None}
