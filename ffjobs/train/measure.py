@@ -208,7 +208,7 @@ def bench_rank(
     if checkpoint_interval is not None:
         list(trainer.run_steps(steps))  # the reference step time right before the saves
         report.update(measure_checkpoint_cost(trainer, checkpoint_interval, max(steps // 2, 1)))
-    cache = trainer.compile_cache
+    cache = trainer.compilation.report
     report.update(
         first_step_s=trainer.first_step_s,
         process_start_s=_process_start_s(trainer.created),

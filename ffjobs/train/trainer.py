@@ -49,9 +49,7 @@ from ffjobs.slurm.progress import ProgressRecord
 from ffjobs.tracking.mlflow_logger import RunLogger
 from ffjobs.train import ddp
 from ffjobs.train.checkpoint import capture_rng_state, open_checkpoints, restore_rng_state
-from ffjobs.train.compile import cache as compile_cache
-from ffjobs.train.compile import regions
-from ffjobs.train.compile.regions import CompiledRegion
+from ffjobs.train.compile.step import StepCompilation
 from ffjobs.train.data import BatchStream
 from ffjobs.train.distributed import DistEnv, print0
 from ffjobs.train.ema import GeneratorEMA
@@ -133,28 +131,11 @@ class Trainer:
         self.checkpointer = open_checkpoints(config, checkpoint_dir or tc.checkpoint_dir)
         # drills record having fired next to the checkpoints, so a restarted job is not hit again
         self.faults = FaultInjector(tc.faults, env.rank, self.checkpointer.store)
-        self.compile_mode = tc.compile_mode if tc.compile else None
-        self.compile_cache = compile_cache.CacheReport()
-        self.cache_device = compile_cache.device_name(device)  # whose region captures
-        self.fingerprint = ""  # of the region captures: only with the compile cache
-        self.signing_key = signing_key if tc.compile and tc.compile_cache else None
-        if self.signing_key is not None:
-            self.fingerprint = regions.fingerprint(
-                {
-                    "model": config.to_dict()["model"],
-                    "precision": tc.precision,
-                    "channels_last": tc.channels_last,
-                    "compile_mode": self.compile_mode,
-                }
-            )
-            compile_cache.load(
-                self.checkpointer.store,
-                self.compile_cache,
-                env.rank,
-                self.fingerprint,
-                self.cache_device,
-                key=self.signing_key,
-            )
+        # the step's compilation and the run's compile cache around it
+        self.compilation = StepCompilation(
+            config, self.checkpointer.store, env.rank, device, signing_key
+        )
+        self.compile_mode = self.compilation.mode
         self.first_step_s: float | None = None
         self.progress = ProgressRecord.for_rank(env.rank)  # what the supervisor reads
         self.comm = CommTimer(device)
@@ -169,22 +150,10 @@ class Trainer:
         self.identity = ddp.compiled("identity_encoder", self.identity_encoder, self.compile_mode)
         self.frozen_discriminator = discriminator
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(tc.precision)
-        # what a restarted job loads instead of tracing (ffjobs.train.compile.regions), in the order a
-        # step first calls them: their saved captures load in the background, in this order,
-        # under the step's autocast
-        self.regions = [
-            wrapped
-            for wrapped in (
-                self.identity,
-                *(net.wrapped for net in self.networks),
-            )
-            if isinstance(wrapped, CompiledRegion)
-        ]
-        regions.offer_all(
-            self.regions,
-            self.compile_cache.regions,
-            self.compile_cache.regions_from,
-            self._autocast,
+        # what a restarted job loads instead of tracing (ffjobs.train.compile.regions), in the
+        # order a step first calls them
+        self.compilation.offer(
+            [self.identity, *(net.wrapped for net in self.networks)], self._autocast
         )
 
         # a step's micro-batches are copied to the device while the step before computes
@@ -452,29 +421,14 @@ class Trainer:
         """Report time to the first step (compilation included); publish the compile cache."""
         synchronize(self.device)
         self.first_step_s = time.perf_counter() - self.created
-        store, cache = self.checkpointer.store, self.compile_cache
-        compile_cache.first_step_done(store, cache)
-        if self.signing_key is not None:
-            with self.meter.excluded():
-                # every rank its device's captures; rank 0 the compiler's caches
-                compile_cache.save_regions(
-                    store,
-                    cache,
-                    regions.save_all(self.regions),
-                    self.fingerprint,
-                    self.cache_device,
-                    key=self.signing_key,
-                )
-                if self.env.rank == 0:
-                    compile_cache.save(store, cache, key=self.signing_key)
+        with self.meter.excluded():
+            self.compilation.first_step_done()
         if self.env.rank == 0:
             done_at = time.time()  # when a recovery ends, for the supervisor and the bench
             self.progress.first_step(step - 1, done_at)
             print0(
                 f"first step {step} done at {done_at:.3f} (started from step {step - 1}), "
-                f"{self.first_step_s:.1f} s after start (compile cache: "
-                f"{cache.loaded_entries} entries loaded, {cache.saved_entries} saved; "
-                f"{regions.summary(self.regions)}, {cache.saved_regions} regions saved)"
+                f"{self.first_step_s:.1f} s after start ({self.compilation.summary()})"
             )
             self.logger.log_metrics({"first_step_s": self.first_step_s}, step)
 

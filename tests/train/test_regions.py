@@ -227,7 +227,7 @@ def test_a_compiled_trainer_compiles_the_encoder_g_and_d_but_not_ds_pass_for_gs_
     dataset = RandomPairs(4, config.model.resolution, seed=0)
     env = DistEnv(0, 1, 0, "127.0.0.1", 0, "single")
     trainer = Trainer(config, env, torch.device("cpu"), dataset)
-    assert [region.name for region in trainer.regions] == [
+    assert [region.name for region in trainer.compilation.regions] == [
         "identity_encoder",
         "generator",
         "discriminator",
