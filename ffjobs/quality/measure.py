@@ -60,6 +60,12 @@ def run_swaps(
     return torch.cat(out)
 
 
+def _per_image(metric, fused: Tensor, real: Tensor, device: torch.device) -> Tensor:
+    """``metric(fused, real)`` of each image, computed on ``device`` 8 images at a time."""
+    slices = zip(fused.split(8), real.split(8), strict=True)
+    return torch.cat([metric(a.to(device), b.to(device)).cpu() for a, b in slices])
+
+
 @torch.no_grad()
 def embed(encoder: nn.Module, images: Tensor, batch_size: int, device: torch.device) -> Tensor:
     return torch.cat([encoder(x.to(device)).cpu() for x in images.split(batch_size)])
@@ -88,12 +94,13 @@ def measure(
     pair_identity = F.cosine_similarity(
         fused_embeddings.double(), gallery[evalset.sources].double(), dim=1
     )
-    # per image, so in slices: torchmetrics' SSIM holds about 350 MB of host memory per 256 px
-    # image while it works (64 images: 22 GB), so the 256 px preset's held-out set at once was
-    # killed for memory on a 128 GB machine; 8 at a time stay under 3 GB at any set size
-    slices = list(zip(reconstructed.split(8), real.split(8), strict=True))
-    psnr = torch.cat([m.psnr_per_image(a, b) for a, b in slices])
-    ssim = torch.cat([m.ssim_per_image(a, b) for a, b in slices])
+    # per image, on the device, in slices: torchmetrics' SSIM holds about 350 MB per 256 px image
+    # while it works (64 images: 22 GB), so the 256 px preset's held-out set at once was killed
+    # for memory on a 128 GB machine; 8 at a time stay under 3 GB at any set size
+    psnr, ssim = (
+        _per_image(m.psnr_per_image, reconstructed, real, device),
+        _per_image(m.ssim_per_image, reconstructed, real, device),
+    )
     results = {
         "identity_top1": m.identity_top1(
             fused_embeddings, evalset.labels[evalset.sources], centres, identities
