@@ -47,8 +47,9 @@ class _Curve:
         pass
 
 
-def train_and_measure(preset: str, overrides: list[str], seed: int, steps: int, every: int):
-    """One seed: ``(seconds, {step: held-out metrics})``, step 0 the untrained generator."""
+def train_and_measure(preset: str | None, overrides: list[str], seed: int, steps: int, every: int):
+    """One seed of ``preset`` (``None``: the embedded default): ``(seconds, {step: held-out
+    metrics})``, step 0 the untrained generator."""
     import torch
 
     from ffjobs.config import load_config
@@ -109,15 +110,21 @@ def register(actions: argparse._SubParsersAction) -> None:
 
 def _bench_quality(args: argparse.Namespace) -> int:
     from ffjobs.cli import config_from_args, print_json
+    from ffjobs.config import resolve_preset
 
     if args.steps < 1 or args.every < 1 or args.batch < 1:
         raise UserError("--steps, --every and --batch must be >= 1")
-    preset = args.config or "local"
     overrides = [*overrides_from_args(args), f"train.batch_size={args.batch}"]
-    args.config = preset
-    config_from_args(args)  # a bad --set stops here, before anything is made
+    config_from_args(args)  # a bad --config or --set stops here, before anything is made
+    # found here, before the work folder becomes the working directory; None: the default
+    preset = str(resolve_preset(args.config).resolve()) if args.config else None
     out = args.out.resolve() if args.out else None
-    report: dict[str, Any] = {"config": preset, "set": overrides, "steps": args.steps, "seeds": {}}
+    report: dict[str, Any] = {
+        "config": args.config or "local",
+        "set": overrides,
+        "steps": args.steps,
+        "seeds": {},
+    }
     args.workdir.mkdir(parents=True, exist_ok=True)
     # with --json, stdout is the report alone: training's own lines go to stderr
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
