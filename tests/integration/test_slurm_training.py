@@ -205,7 +205,22 @@ def test_a_failure_on_every_attempt_stops_after_the_budget(tmp_path, env):
 def start(tmp_path: Path, env: dict[str, str], *overrides: str) -> subprocess.Popen:
     """``ffjobs train --submit --wait`` in the background (for drills that act mid-training)."""
     command = ffjobs(*SUBMIT, "--wait", sets=[*TRAIN, *run_dirs(tmp_path), *overrides])
-    return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        # SIGINT as a terminal gives it: a test run started in a shell's background ignores
+        # SIGINT, and a child that inherited that would ignore this test's Ctrl-C
+        preexec_fn=_default_sigint,
+    )
+
+
+def _default_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, dict, list]:
