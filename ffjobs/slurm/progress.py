@@ -81,20 +81,17 @@ def read_starts(path: str | Path) -> list[Start]:
         text = Path(path).read_text(errors="replace")
     except OSError:
         return []
-    starts: list[Start] = []
+    begun: list[tuple[float, int, list[int]]] = []  # each start's steps, gathered in place
     for line in text.splitlines():
         try:
             record = json.loads(line)
             if "start" in record:
-                starts.append(Start(float(record["first_step_at"]), int(record["start"])))
-            elif "step" in record and starts:
-                last = starts[-1]
-                starts[-1] = Start(
-                    last.first_step_at, last.start_step, (*last.steps, int(record["step"]))
-                )
+                begun.append((float(record["first_step_at"]), int(record["start"]), []))
+            elif "step" in record and begun:
+                begun[-1][2].append(int(record["step"]))
         except (ValueError, TypeError, KeyError):  # cut short by a crash, or not ours
             continue
-    return starts
+    return [Start(at, step, tuple(steps)) for at, step, steps in begun]
 
 
 def summary(starts: list[Start]) -> dict[str, Any]:
