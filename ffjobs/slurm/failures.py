@@ -72,6 +72,7 @@ from ffjobs.slurm.signatures import (
     RANK_PREFIX,
     SLURM_CANCEL_REASON,
     SLURM_NODE_FAILURE,
+    SRUN_TASK_SIGNALLED,
     STORAGE_DETAIL,
     STORAGE_ERROR,
     STORAGE_WHAT,
@@ -203,6 +204,8 @@ class _RankFindings:
     oom: list[tuple[str, str]] = field(default_factory=list)
     config: list[tuple[str, str]] = field(default_factory=list)
     traceback: _Traceback | None = None
+    signalled: int | None = None
+    """The signal that srun says ended this rank (its exit code, the job's, does not tell)."""
 
     @property
     def origin(self) -> str:
@@ -212,7 +215,7 @@ class _RankFindings:
     @property
     def killed_by(self) -> int | None:
         code = self.log.exit_code
-        return -code if code is not None and code < 0 else None
+        return -code if code is not None and code < 0 else self.signalled
 
     def evidence(self, matches: Iterable[tuple[str, str]]) -> list[str]:
         return [f"{self.origin}: {line.strip()[:MAX_EVIDENCE_CHARS]}" for _, line in matches]
@@ -253,7 +256,10 @@ def classify_failure(
 
 
 def _classify(state: str | None, exit_code: int | None, ranks: Sequence[RankLog]) -> Failure:
-    findings = [_scan(log) for log in sorted(ranks, key=lambda log: log.rank)]
+    signalled = _srun_signalled(ranks)
+    findings = [
+        _scan(log, signalled.get(log.rank)) for log in sorted(ranks, key=lambda log: log.rank)
+    ]
     state = (state or "").upper()
     if state in ("", "CANCELLED"):  # PreemptMode=CANCEL and scancel both record CANCELLED
         state = _state_from_logs(findings) or state
@@ -383,12 +389,14 @@ def _classify(state: str | None, exit_code: int | None, ranks: Sequence[RankLog]
             evidence=_cap(state_line),
         )
     code = f"exit code {exit_code}" if exit_code is not None else "no exit code"
+    killed = _killed_lines(findings)
     return Failure(
         kind=FailureKind.UNKNOWN,
         retryable=True,
-        summary=f"unrecognised failure ({state or 'local launch'}, {code}); "
-        f"suspect {_names(suspects)}; retryable within the attempt budget",
-        evidence=_cap(state_line + _killed_lines(findings)),
+        summary=f"unrecognised failure ({state or 'local launch'}, {code}"
+        + (f"; {killed[0]}" if killed else "")
+        + f"); suspect {_names(suspects)}; retryable within the attempt budget",
+        evidence=_cap(state_line + killed),
         suspect_nodes=suspects,
     )
 
@@ -396,10 +404,12 @@ def _classify(state: str | None, exit_code: int | None, ranks: Sequence[RankLog]
 # --- per-rank scanning ------------------------------------------------------------------------
 
 
-def _scan(log: RankLog) -> _RankFindings:
+def _scan(log: RankLog, signalled: int | None = None) -> _RankFindings:
     lines = [RANK_PREFIX.sub("", line).rstrip() for line in log.text.splitlines()]
-    findings = _RankFindings(log, [line for line in lines if not INFO_LINE.search(line)])
-    killed = log.exit_code in (137, -signal.SIGKILL)
+    findings = _RankFindings(
+        log, [line for line in lines if not INFO_LINE.search(line)], signalled=signalled
+    )
+    killed = findings.killed_by == signal.SIGKILL or log.exit_code == 137
     for line in findings.lines:
         for target, signatures in (
             (findings.communicator, COMMUNICATOR_SIGNATURES),
@@ -415,6 +425,44 @@ def _scan(log: RankLog) -> _RankFindings:
         group[:] = _dedup(group)
     findings.traceback = _last_traceback(lines)
     return findings
+
+
+SIGNAL_BY_TEXT = {
+    "Hangup": signal.SIGHUP,
+    "Interrupt": signal.SIGINT,
+    "Illegal instruction": signal.SIGILL,
+    "Aborted": signal.SIGABRT,
+    "Bus error": signal.SIGBUS,
+    "Floating point exception": signal.SIGFPE,
+    "Killed": signal.SIGKILL,
+    "Segmentation fault": signal.SIGSEGV,
+    "Terminated": signal.SIGTERM,
+}
+"""strsignal(3)'s texts, as srun prints them, and their signals."""
+
+
+def _srun_signalled(ranks: Sequence[RankLog]) -> dict[int, int]:
+    """The ranks that srun's first report of a task ended by a signal names, and the signal.
+
+    Only the first report counts: the ones after it are usually srun ending the other tasks
+    (``--kill-on-bad-exit``). srun prints to the batch step's log, rank 0's.
+    """
+    for log in ranks:
+        match = SRUN_TASK_SIGNALLED.search(log.text)
+        if match:
+            signum = SIGNAL_BY_TEXT[match.group(3)]
+            return {rank: signum for rank in _task_ranks(match.group(2))}
+    return {}
+
+
+def _task_ranks(tasks: str) -> list[int]:
+    """srun's task list ("1", "0-1,3") as ranks."""
+    ranks = []
+    for part in tasks.split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            ranks += range(int(first), int(last or first) + 1)
+    return ranks
 
 
 def _dedup(matches: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -495,7 +543,10 @@ def cancel_failure(
     person's cancel, never retried; ``cancelled_by`` says who and through what. None when
     slurmstepd's banner says SLURM itself ended it (node failure, pre-emption, time limit:
     ``PreemptMode=CANCEL`` records those as CANCELLED), which :func:`classify_failure` reads."""
-    findings = [_scan(log) for log in sorted(ranks, key=lambda log: log.rank)]
+    signalled = _srun_signalled(ranks)
+    findings = [
+        _scan(log, signalled.get(log.rank)) for log in sorted(ranks, key=lambda log: log.rank)
+    ]
     if _state_from_logs(findings):
         return None
     who = cancelled_by or "someone accounting does not name"
@@ -563,6 +614,8 @@ def _culprit_nodes(findings: list[_RankFindings]) -> tuple[str, ...]:
         nodes = _unique(f.log.node for f in culprits)
         if nodes and talking and len(culprits) <= len(talking):
             return nodes
+    if killed and not talking:  # the launcher stopped the others before they noticed
+        return _unique(f.log.node for f in killed)
     return _named_peers(findings)
 
 

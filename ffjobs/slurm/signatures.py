@@ -70,6 +70,12 @@ SLURM_CANCEL_REASON = re.compile(
     r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO ([A-Z ]+)"
 )
 SLURM_NODE_FAILURE = re.compile(r"\bNode failure on ([\w.-]+)")
+# srun, for each task that a signal ended, with the signal's strsignal(3) text:
+# "srun: error: node2: task 1: Killed", "srun: error: node1: tasks 0-1,3: Segmentation fault"
+SRUN_TASK_SIGNALLED = re.compile(
+    r"srun: error: ([\w.-]+): tasks? ([\d,-]+): (Killed|Terminated|Segmentation fault|Aborted"
+    r"|Bus error|Illegal instruction|Floating point exception|Hangup|Interrupt)\b"
+)
 
 INFO_LINE = re.compile(r"NCCL INFO|^\[I\d{4} |^\[I ")
 RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")

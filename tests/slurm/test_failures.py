@@ -22,11 +22,16 @@ Fixtures in ``tests/slurm/data/``:
   ``storage-s3-access-denied.log``: the tracebacks of EDQUOT as ``write(2)`` reports it and of
   botocore's ClientError for an S3 403, raised by small scripts (a quota and a bucket policy are
   not at hand). Interpreter and data paths were rewritten.
+- ``srun-killed-rank1-rank0.log``, ``srun-killed-rank1-rank1.log``: a real two-node job on the
+  mini-cluster whose rank 1 SIGKILLed itself at step 5 while rank 0 was between steps: srun
+  reported the kill and ended the step before rank 0 met a collective, so rank 0 stopped on
+  SIGTERM with no communicator error. The job folder's path was rewritten.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -336,6 +341,39 @@ def test_killed_rank_is_the_suspect_when_its_peer_reports_gloo_errors():
     assert failure.suspect_nodes == ("node2",)
     assert failure.evidence[0] == "rank 1 (node2): killed by signal 9 (SIGKILL)"
     assert "suspect node2" in failure.summary
+
+
+def test_a_rank_srun_saw_killed_is_the_suspect_when_no_peer_noticed_it():
+    """SLURM gives every rank the job's exit code; only srun's line says which rank died how."""
+    ranks = [
+        rank(number, fixture(f"srun-killed-rank1-rank{number}.log"), exit_code=9)
+        for number in (0, 1)
+    ]
+    failure = classify_failure("FAILED", 9, ranks)
+    assert failure.kind is FailureKind.UNKNOWN and failure.retryable
+    assert failure.suspect_nodes == ("node2",)
+    assert "rank 1 (node2): killed by signal 9 (SIGKILL)" in failure.evidence
+    assert "killed by signal 9 (SIGKILL)" in failure.summary and "suspect node2" in failure.summary
+
+
+@pytest.mark.parametrize(
+    ("line", "ranks", "signal_number"),
+    [
+        ("srun: error: node2: task 1: Killed", (1,), 9),
+        ("srun: error: node1: tasks 0-1,3: Segmentation fault", (0, 1, 3), 11),
+        ("srun: error: gpu-07.cluster: task 2: Aborted (core dumped)", (2,), 6),
+    ],
+)
+def test_srun_names_the_tasks_a_signal_ended(line, ranks, signal_number):
+    logs = [rank(0, f"{line}\nsrun: error: node1: task 0: Terminated\n", exit_code=1)]
+    logs += [rank(number, exit_code=1) for number in range(1, 4)]
+    failure = classify_failure("FAILED", 1, logs)
+    killed = [e for e in failure.evidence if "killed by signal" in e]
+    # only srun's first report counts: the second is srun ending the others
+    name = signal.Signals(signal_number).name
+    assert killed == [
+        f"rank {r} (node{r + 1}): killed by signal {signal_number} ({name})" for r in ranks
+    ]
 
 
 def test_watchdog_victim_is_not_the_suspect_the_silent_hung_peer_is():
