@@ -62,3 +62,12 @@ def test_config_and_cli_load_without_torch():
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_checkpoint_package_names_resolve_on_first_use():
+    """Its public names are imported lazily (so that its light parts load without torch)."""
+    import ffjobs.train.checkpoint as package
+
+    for name in package.__all__:
+        assert getattr(package, name).__name__ == name
+    assert set(package.__all__) == set(package._HOMES)

@@ -40,16 +40,36 @@ listing), :mod:`~.snapshot` (the host copy), :mod:`~.writer` (the writer process
 and :mod:`~.storage` (a local folder or S3).
 """
 
-from ffjobs.train.checkpoint.files import data_name, manifest_name
-from ffjobs.train.checkpoint.manager import (
-    Checkpointer,
-    CheckpointWarning,
-    capture_rng_state,
-    gather_to_rank0,
-    latest_step,
-    open_checkpoints,
-    restore_rng_state,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ffjobs.train.checkpoint.files import data_name, manifest_name
+    from ffjobs.train.checkpoint.manager import (
+        Checkpointer,
+        CheckpointWarning,
+        capture_rng_state,
+        gather_to_rank0,
+        latest_step,
+        open_checkpoints,
+        restore_rng_state,
+    )
+
+_HOMES = {
+    "data_name": "files",
+    "manifest_name": "files",
+    "Checkpointer": "manager",
+    "CheckpointWarning": "manager",
+    "capture_rng_state": "manager",
+    "gather_to_rank0": "manager",
+    "latest_step": "manager",
+    "open_checkpoints": "manager",
+    "restore_rng_state": "manager",
+}
+"""Where each public name lives. They are imported on first use: importing a light part of the
+package (:mod:`~.storage`, say, from the compile cache or a CLI command) must not import torch."""
 
 __all__ = [
     "CheckpointWarning",
@@ -62,3 +82,10 @@ __all__ = [
     "open_checkpoints",
     "restore_rng_state",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
