@@ -61,6 +61,7 @@ def run(tmp_path, cluster):
         "clusters/minicluster",
         [*TINY_MODEL, "model.identity_weights=null", "data.synth.identities=6",
          "data.synth.per_identity=2", "tracking.enabled=false", "slurm.max_attempts=2",
+         "evaluate.every_steps=0",  # no job runs: no evaluation encoder to pre-train for it
          "slurm.retry_backoff_s=30", f"slurm.folder={tmp_path / 'jobs'}"],
     )  # fmt: skip
     return create_run(config, echo=lambda line: None)
