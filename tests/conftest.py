@@ -12,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import group_end  # tests/ is on sys.path (rootdir conftest)
 import pytest
 
 from ffjobs.local_ranks import free_loopback_port
@@ -64,31 +65,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         del os.environ[RUN_FOLDER]
 
 
-SHARED_GROUPS = {
-    "local_stack": "mini-cluster",
-    "stack_env": "mini-cluster",
-    "airflow_api": "airflow",
-    "airflow_stack": "airflow",
-    "trained": "trained",
-    "mlflow_server": "mlflow-server",
-    "s3_endpoint": "s3-server",
-}
-"""Under pytest-xdist (``--dist loadgroup``), the tests that use one of these session fixtures
-run on one worker, one at a time: the local stack's SLURM mini-cluster (three nodes that drills
-cut, throttle and kill, and a preflight that needs all three), the session's Airflow, the
-trained models of tests/evaluate and tests/registry (minutes of CPU each), the test MLflow
-server, the S3 server: each is made once. The first that a test uses, in this order, names its
-group."""
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the marks into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        used = [group for name, group in SHARED_GROUPS.items() if name in item.fixturenames]
-        if used:
-            item.add_marker(pytest.mark.xdist_group(used[0]))
+    if config.pluginmanager.hasplugin("xdist"):
+        group_end.mark_groups(items)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    group_end.before_test(item)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    group_end.after_test(item, nextitem)
 
 
 @pytest.fixture(autouse=True)
@@ -121,9 +110,14 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory):
                 process.kill()
                 pytest.fail(f"moto_server did not start on {endpoint}; see {log.name}")
             time.sleep(0.1)
+
+    def stop() -> None:
+        process.terminate()
+        process.wait(timeout=10)
+
+    group_end.stop_when_unused("s3_endpoint", stop)
     yield endpoint
-    process.terminate()
-    process.wait(timeout=10)
+    stop()
 
 
 @pytest.fixture
@@ -143,5 +137,6 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
     from mlflow_server import MlflowServer  # tests/ is on sys.path (rootdir conftest)
 
     server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
+    group_end.stop_when_unused("mlflow_server", server.stop)
     yield server
     server.stop()

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from group_end import stop_when_unused  # tests/ is on sys.path (rootdir conftest)
 
 from ffjobs.airflow.embedded import USERNAME, AirflowClient, airflow_env
 from ffjobs.local_ranks import free_loopback_port
@@ -331,9 +332,10 @@ def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:
             os.killpg(process.pid, sig)
 
 
-def _stack(factory: pytest.TempPathFactory, components: Sequence[str]) -> Iterator[AirflowStack]:
-    root = factory.mktemp("airflow")
+def _stack(request: pytest.FixtureRequest, components: Sequence[str]) -> Iterator[AirflowStack]:
+    root = request.getfixturevalue("tmp_path_factory").mktemp("airflow")
     stack = AirflowStack(root / "home", root / "work", components)
+    stop_when_unused(request.fixturename, stack.stop)
     try:
         yield stack.start()
     finally:
@@ -341,12 +343,12 @@ def _stack(factory: pytest.TempPathFactory, components: Sequence[str]) -> Iterat
 
 
 @pytest.fixture(scope="session")
-def airflow_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
+def airflow_api(request: pytest.FixtureRequest) -> Iterator[AirflowStack]:
     """The api-server and dag-processor: DAG runs can be triggered and read, none executes."""
-    yield from _stack(tmp_path_factory, ("api-server", "dag-processor"))
+    yield from _stack(request, ("api-server", "dag-processor"))
 
 
 @pytest.fixture(scope="session")
-def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
+def airflow_stack(request: pytest.FixtureRequest) -> Iterator[AirflowStack]:
     """All four components: triggered DAG runs execute (LocalExecutor) and can defer."""
-    yield from _stack(tmp_path_factory, COMPONENTS)
+    yield from _stack(request, COMPONENTS)

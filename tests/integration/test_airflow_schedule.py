@@ -1,4 +1,4 @@
-"""A scheduled ``ffjobs_pipeline`` run on a real Airflow (all four components) and the real
+"""A scheduled ``ffjobs_pipeline`` run on a real Airflow (all four components) and a real
 MLflow server: the deployment's ``configs/schedule.yaml`` makes the dataset's Asset the DAG's
 schedule, and an Asset event posted through REST API v2 makes the scheduler create an
 ``asset_triggered`` DAG run, as a dataset producer would.
@@ -11,7 +11,6 @@ dataset, config and code then stops after validation, the GPU stages skipped wit
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -55,8 +54,8 @@ TINY = {
 
 
 @pytest.fixture
-def scheduled(airflow_stack: AirflowStack, local_stack) -> Iterator[dict[str, str]]:
-    """A preset of its own (its model name, dataset folder and the real MLflow server) in the
+def scheduled(airflow_stack: AirflowStack, mlflow_server) -> Iterator[dict[str, str]]:
+    """A preset of its own (its model name, dataset folder and the test MLflow server) in the
     session stack's ``configs/``; the schedule file is removed again afterwards and the DAG
     re-parsed without a schedule, as the other tests of the session expect it."""
     stack, tag = airflow_stack, secrets.token_hex(4)
@@ -70,7 +69,7 @@ def scheduled(airflow_stack: AirflowStack, local_stack) -> Iterator[dict[str, st
         "name": names["preset"],
         **TINY,
         "data": {"source": f"data/scheduled-{tag}"},
-        "tracking": {"tracking_uri": os.environ["MLFLOW_TRACKING_URI"]},
+        "tracking": {"tracking_uri": mlflow_server.uri},
         # no reviewer here: the review task is skipped
         "registry": {"model_name": names["model"], "review_timeout_h": 0},
     }
@@ -133,15 +132,15 @@ def trained_and_registered(stack: AirflowStack, run_id: str) -> str:
     return str(xcom_value(stack, run_id, "register", "registered_version"))
 
 
-def mlflow_run(run_id: str):
+def mlflow_run(tracking_uri: str, run_id: str):
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"]).get_run(run_id)
+    return MlflowClient(tracking_uri=tracking_uri).get_run(run_id)
 
 
 @pytest.mark.timeout(3 * RUN_TIMEOUT_S + 600)  # three DAG runs, two parses, the stack's start
 def test_a_scheduled_run_on_unchanged_inputs_skips_the_gpu_stages_and_force_trains(
-    airflow_stack, scheduled
+    airflow_stack, scheduled, mlflow_server
 ):
     stack = airflow_stack
     write_schedule(stack, scheduled, force=False)
@@ -165,7 +164,7 @@ def test_a_scheduled_run_on_unchanged_inputs_skips_the_gpu_stages_and_force_trai
     assert reason.startswith("inputs unchanged since version 1 (challenger): dataset fingerprint ")
     assert reason.endswith("; the force Param trains anyway")
     assert reason in task_log(stack, run_id, "compare_inputs")  # the grid's view of the task
-    run = mlflow_run(xcom_value(stack, run_id, "validate", "mlflow_run_id"))
+    run = mlflow_run(mlflow_server.uri, xcom_value(stack, run_id, "validate", "mlflow_run_id"))
     assert run.info.status == "FINISHED"
     assert run.data.tags["ffjobs.unchanged"] == run.data.tags["mlflow.note.content"] == reason
     assert [run.data.tags[f"ffjobs.{s}"] for s in ("validate", *GPU_STAGES)] == [
