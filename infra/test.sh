@@ -7,6 +7,19 @@ cd "$(dirname "$0")/.."
 bash infra/setup-venv.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
+# A run writes about 1 GB (datasets, checkpoints, Airflow homes, the mini-cluster's state) under
+# the temp folder and .state/. With less free, tests fail one by one late in the run with errors
+# that do not say why: refuse before starting.
+need_mb=2048
+for dir in "${TMPDIR:-/tmp}" "$PWD"; do
+  free_mb=$(df -Pm "$dir" | awk 'NR == 2 {print $4}')
+  if [[ $free_mb -lt $need_mb ]]; then
+    echo "ffjobs: only $free_mb MB free on the file system of $dir; the tests need about" \
+      "$need_mb MB there: free some space first" >&2
+    exit 1
+  fi
+done
+
 # Headless Chromium for the browser tests (tests/integration/browser.py): Debian's chromium and
 # its chromedriver, one source package so their versions match, and a font to render text in
 # the screenshots. Nothing downloads a browser at run time.
