@@ -72,6 +72,7 @@ from ffjobs.slurm.signatures import (
     RANK_PREFIX,
     SLURM_CANCEL_REASON,
     SLURM_NODE_FAILURE,
+    SRUN_STEP_ENDING,
     SRUN_TASK_SIGNALLED,
     STORAGE_DETAIL,
     STORAGE_ERROR,
@@ -444,14 +445,18 @@ SIGNAL_BY_TEXT = {
 def _srun_signalled(ranks: Sequence[RankLog]) -> dict[int, int]:
     """The ranks that srun's first report of a task ended by a signal names, and the signal.
 
-    Only the first report counts: the ones after it are usually srun ending the other tasks
-    (``--kill-on-bad-exit``). srun prints to the batch step's log, rank 0's.
+    Only a report made before the step was being ended counts, and only the first: the tasks
+    that a cancel or ``--kill-on-bad-exit`` then stops are reported too, ended by the signal
+    that stopped them, and are not the cause. srun prints to the batch step's log, rank 0's.
     """
     for log in ranks:
-        match = SRUN_TASK_SIGNALLED.search(log.text)
-        if match:
-            signum = SIGNAL_BY_TEXT[match.group(3)]
-            return {rank: signum for rank in _task_ranks(match.group(2))}
+        for line in log.text.splitlines():
+            if SRUN_STEP_ENDING.search(line):
+                break
+            match = SRUN_TASK_SIGNALLED.search(line)
+            if match:
+                signum = SIGNAL_BY_TEXT[match.group(3)]
+                return {rank: signum for rank in _task_ranks(match.group(2))}
     return {}
 
 

@@ -76,6 +76,12 @@ SRUN_TASK_SIGNALLED = re.compile(
     r"srun: error: ([\w.-]+): tasks? ([\d,-]+): (Killed|Terminated|Segmentation fault|Aborted"
     r"|Bus error|Illegal instruction|Floating point exception|Hangup|Interrupt)\b"
 )
+# What srun and slurmstepd print once the step is being ended (a cancel, --kill-on-bad-exit): a
+# task reported ended by a signal after one of these was ended by it, not the cause
+SRUN_STEP_ENDING = re.compile(
+    r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED|srun: Job step aborted"
+    r"|srun: forcing job termination|_step_signal: Terminating"
+)
 
 INFO_LINE = re.compile(r"NCCL INFO|^\[I\d{4} |^\[I ")
 RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")

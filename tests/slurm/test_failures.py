@@ -25,7 +25,9 @@ Fixtures in ``tests/slurm/data/``:
 - ``srun-killed-rank1-rank0.log``, ``srun-killed-rank1-rank1.log``: a real two-node job on the
   mini-cluster whose rank 1 SIGKILLed itself at step 5 while rank 0 was between steps: srun
   reported the kill and ended the step before rank 0 met a collective, so rank 0 stopped on
-  SIGTERM with no communicator error. The job folder's path was rewritten.
+  SIGTERM with no communicator error. ``srun-cancelled-after-value-error-rank*.log``: a real
+  job of the mini-cluster whose rank 0 raised a ValueError and did not exit; the supervisor
+  cancelled the job and srun then reported rank 0 "Terminated". Paths were rewritten.
 """
 
 from __future__ import annotations
@@ -356,6 +358,17 @@ def test_a_rank_srun_saw_killed_is_the_suspect_when_no_peer_noticed_it():
     assert "killed by signal 9 (SIGKILL)" in failure.summary and "suspect node2" in failure.summary
 
 
+def test_a_task_srun_reports_ended_by_the_cancel_is_not_the_cause():
+    ranks = [
+        rank(number, fixture(f"srun-cancelled-after-value-error-rank{number}.log"), exit_code=None)
+        for number in (0, 1)
+    ]
+    failure = classify_failure("CANCELLED", None, ranks)
+    assert failure.kind is FailureKind.USER_CODE and not failure.retryable
+    assert "ValueError on rank 0" in failure.summary
+    assert not [e for e in failure.evidence if "killed by signal" in e]
+
+
 @pytest.mark.parametrize(
     ("line", "ranks", "signal_number"),
     [
@@ -365,11 +378,12 @@ def test_a_rank_srun_saw_killed_is_the_suspect_when_no_peer_noticed_it():
     ],
 )
 def test_srun_names_the_tasks_a_signal_ended(line, ranks, signal_number):
-    logs = [rank(0, f"{line}\nsrun: error: node1: task 0: Terminated\n", exit_code=1)]
+    ending = "srun: launch/slurm: _step_signal: Terminating StepId=6.0"
+    logs = [rank(0, f"{line}\n{ending}\nsrun: error: node1: task 0: Terminated\n", exit_code=1)]
     logs += [rank(number, exit_code=1) for number in range(1, 4)]
     failure = classify_failure("FAILED", 1, logs)
     killed = [e for e in failure.evidence if "killed by signal" in e]
-    # only srun's first report counts: the second is srun ending the others
+    # what srun reports once the step is being ended is not the cause
     name = signal.Signals(signal_number).name
     assert killed == [
         f"rank {r} (node{r + 1}): killed by signal {signal_number} ({name})" for r in ranks
