@@ -42,12 +42,12 @@ def mark_groups(items: list[pytest.Item]) -> None:
     """Mark each test with its group, and note which servers serve one group only."""
     users: dict[str, set[str]] = {}
     for item in items:
-        used = [group for name, group in SHARED_GROUPS.items() if name in item.fixturenames]
+        used = [name for name in SHARED_GROUPS if name in item.fixturenames]
         if used:
-            item.add_marker(pytest.mark.xdist_group(used[0]))
-            for name in SHARED_GROUPS:
-                if name in item.fixturenames:
-                    users.setdefault(name, set()).add(used[0])
+            group = SHARED_GROUPS[used[0]]
+            item.add_marker(pytest.mark.xdist_group(group))
+            for name in used:
+                users.setdefault(name, set()).add(group)
     _sole_group.update(
         {name: next(iter(groups)) for name, groups in users.items() if len(groups) == 1}
     )
@@ -71,7 +71,7 @@ def after_test(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     group = _group(item)
     if group is None or nextitem is None or _group(nextitem) == group:
         return  # mid-group, or the session's last test: the fixtures' own teardown stops them
-    for fixture in [f for f, stop in _stops.items() if _sole_group[f] == group]:
+    for fixture in [f for f in _stops if _sole_group[f] == group]:
         _stops.pop(fixture)()
         _stopped.add(fixture)
 

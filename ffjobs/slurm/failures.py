@@ -257,10 +257,7 @@ def classify_failure(
 
 
 def _classify(state: str | None, exit_code: int | None, ranks: Sequence[RankLog]) -> Failure:
-    signalled = _srun_signalled(ranks)
-    findings = [
-        _scan(log, signalled.get(log.rank)) for log in sorted(ranks, key=lambda log: log.rank)
-    ]
+    findings = _scan_ranks(ranks)
     state = (state or "").upper()
     if state in ("", "CANCELLED"):  # PreemptMode=CANCEL and scancel both record CANCELLED
         state = _state_from_logs(findings) or state
@@ -403,6 +400,12 @@ def _classify(state: str | None, exit_code: int | None, ranks: Sequence[RankLog]
 
 
 # --- per-rank scanning ------------------------------------------------------------------------
+
+
+def _scan_ranks(ranks: Sequence[RankLog]) -> list[_RankFindings]:
+    """Each rank's findings, in rank order, with the signal srun says ended it, if any."""
+    signalled = _srun_signalled(ranks)
+    return [_scan(log, signalled.get(log.rank)) for log in sorted(ranks, key=lambda log: log.rank)]
 
 
 def _scan(log: RankLog, signalled: int | None = None) -> _RankFindings:
@@ -548,10 +551,7 @@ def cancel_failure(
     person's cancel, never retried; ``cancelled_by`` says who and through what. None when
     slurmstepd's banner says SLURM itself ended it (node failure, pre-emption, time limit:
     ``PreemptMode=CANCEL`` records those as CANCELLED), which :func:`classify_failure` reads."""
-    signalled = _srun_signalled(ranks)
-    findings = [
-        _scan(log, signalled.get(log.rank)) for log in sorted(ranks, key=lambda log: log.rank)
-    ]
+    findings = _scan_ranks(ranks)
     if _state_from_logs(findings):
         return None
     who = cancelled_by or "someone accounting does not name"
