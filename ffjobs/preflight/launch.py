@@ -73,7 +73,12 @@ def job_folder(cfg, run_key: str, attempt: int) -> Path:
     """submitit's folder of the run's preflight attempt ``attempt`` (``%j``: the job id)."""
     from ffjobs.slurm.executor import job_folder as slurm_job_folder
 
-    return slurm_job_folder(cfg.slurm.folder, f"{run_key}.preflight", attempt)
+    return slurm_job_folder(cfg.slurm.folder, _run_id(run_key), attempt)
+
+
+def _run_id(run_key: str) -> str:
+    """The preflight's own run id among the cluster profile's job folders."""
+    return f"{run_key}.preflight"
 
 
 def job_logs(cfg, run_key: str, attempt: int, job_id: str) -> Path:
@@ -87,7 +92,7 @@ def _make_executor(cfg, run_key: str, attempt: int):
     (``<run key>.preflight/attempt-<n>``)."""
     from ffjobs.slurm.executor import make_executor
 
-    executor = make_executor(cfg, run_id=f"{run_key}.preflight", attempt=attempt)
+    executor = make_executor(cfg, run_id=_run_id(run_key), attempt=attempt)
     # a preflight is a few minutes, not the training job's time limit
     timeout_min = max(1, int(cfg.preflight.timeout_s * 2 // 60) + 1)
     executor.update_parameters(
@@ -129,6 +134,8 @@ def submit_slurm(cfg, run_dir: Path, run_key: str) -> str:
     """Submit the ranks of the preflight prepared in ``run_dir`` as one SLURM job of the run
     ``run_key``; return its job id, noted in ``run_dir`` at once. Raises
     :class:`SubmissionFailed` with sbatch's one-line reason when it says no."""
+    from ffjobs.slurm.held import submit_held
+
     attempt = slurm_attempt(run_dir)
     try:
         executor = _make_executor(cfg, run_key, attempt)
@@ -137,10 +144,9 @@ def submit_slurm(cfg, run_dir: Path, run_key: str) -> str:
     # the attempt first: a job found only by its name is matched to this folder by it
     _note_job(run_dir, attempt=attempt, launched_at=time.time())
     try:
-        job = executor.submit(_slurm_rank_entry, str(run_dir.resolve()))
+        job_id = submit_held(executor, _slurm_rank_entry, str(run_dir.resolve()))
     except Exception as exc:  # sbatch rejected the job: say why in one line
         raise SubmissionFailed(f"submission failed: {str(exc).strip().splitlines()[-1]}") from None
-    job_id = str(job.job_id)
     _note_job(run_dir, job_id=job_id)
     return job_id
 
@@ -212,6 +218,7 @@ def unaccounted_job(
     preflight job name; such a job is matched to its folder by the attempt its submitit folder
     names."""
     from ffjobs.preflight.report import REPORT_JSON
+    from ffjobs.slurm.held import finish_held
     from ffjobs.train.slurm_job import run_jobs
 
     noted = _noted_folders(stage_dir)
@@ -224,7 +231,10 @@ def unaccounted_job(
     for job_id in sorted(candidates, key=_submission_order, reverse=True):
         folder = noted.get(job_id)
         if folder is None:
-            folder = waiting.get(_attempt_of(cfg, run_key, job_id))
+            held, attempt = finish_held(job_id, cfg.slurm.folder, _run_id(run_key))
+            if held and attempt is None:
+                continue  # left held without its task, so cancelled: it never was a preflight
+            folder = waiting.get(attempt if held else _attempt_of(cfg, run_key, job_id))
             if folder is None:
                 continue  # no preflight folder of the run waits for it: nothing to read it into
             _note_job(folder, job_id=job_id)

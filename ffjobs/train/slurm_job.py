@@ -35,6 +35,7 @@ from typing import Any
 from ffjobs.slurm import cancels, rank_failures
 from ffjobs.slurm.accounting import AccountingError, Runner, run_command
 from ffjobs.slurm.failures import RankLog
+from ffjobs.slurm.held import finish_held, submit_held
 from ffjobs.slurm.jobstate import (
     FAILED_RUN_STATES,
     JOB_ID_PATTERN,
@@ -47,9 +48,6 @@ from ffjobs.slurm.jobstate import (
 from ffjobs.slurm.progress import PROGRESS_ENV, progress_file, read_starts, summary
 from ffjobs.slurm.supervisor import AttemptResult
 from ffjobs.train.job import TrainJob
-
-_HELD = re.compile(r"\bJobState=PENDING\b.*\bReason=JobHeldUser\b")
-_COMMAND = re.compile(r"\bCommand=(\S+)")
 
 
 class SubmissionRejected(RuntimeError):
@@ -214,8 +212,6 @@ class SlurmAttempts:
             name=self.run_key,
             slurm_comment=f"ffjobs run {self.run_key} attempt {number}",
             **({"slurm_exclude": ",".join(excluded)} if excluded else {}),
-            # held until what the job needs is in place (see release_held)
-            slurm_additional_parameters={**begin, "hold": True},
         )
         task: TrainingTask | TrainingAgent = TrainingTask()
         if slurm.restarts_in_allocation:  # one agent per node holds the node's ranks
@@ -224,63 +220,15 @@ class SlurmAttempts:
             )
             task = TrainingAgent(slurm.restarts_in_allocation, slurm.tasks_per_node)
         try:
-            submitted = executor.submit(task, self.job)
+            job_id = submit_held(executor, task, self.job, sbatch=begin)
         except Exception as exc:  # sbatch said no
             raise SubmissionRejected(str(exc).strip().splitlines()[-1]) from None
-        job_id = str(submitted.job_id)
-        run_command(["scontrol", "release", job_id])  # its folder is complete: it may start
         self.on_submitted(number, job_id)
         return job_id
 
     def finish_held(self, job_id: str) -> tuple[bool, int | None]:
-        """Finish the submission of a job of this run that its submitter left unfinished, and
-        release it: ``(True, its attempt number)``; ``(True, None)``: it was cancelled (see
-        below); ``(False, None)``: not such a job.
-
-        submitit moves the job's pickled task and script into the job's own folder only after
-        ``sbatch`` answered, so a job that started before that would find no task and fail at
-        once: every attempt is submitted held (``--hold``) and released once its folder is
-        complete (:meth:`submit`). A submitter killed in between leaves the job held with its
-        task and script where submitit put them first; here they are moved as submitit would
-        have and the job released: the same job runs, and no second one is submitted. A held
-        job whose task is gone could never run: it is cancelled. A held job whose submission
-        was finished is someone's ``scontrol hold``: left as it is."""
-        from submitit.core.utils import JobPaths
-
-        from ffjobs.slurm.executor import job_folder
-
-        try:
-            shown = run_command(["scontrol", "show", "job", "-o", job_id])
-        except AccountingError:  # the controller forgot it: long ended
-            return False, None
-        script = _COMMAND.search(shown)
-        if not _HELD.search(shown) or script is None:
-            return False, None
-        script_path = Path(script.group(1))
-        number = script_path.parent.name.removeprefix("attempt-")
-        runs = job_folder(self.config.slurm.folder, self.run_key, 0).parent.parent
-        if (
-            not number.isdigit()
-            or script_path.parent.resolve() != (runs / f"attempt-{number}").resolve()
-        ):
-            return False, None  # not one of this run's attempts
-        paths = JobPaths(job_folder(self.config.slurm.folder, self.run_key, int(number)), job_id)
-        # submitit's task waits beside the script under a name of its own; an attempt is one
-        # submission, so one such file is this job's (two: which is unknowable, none is used)
-        tasks = list(script_path.parent.glob("*.pkl"))
-        unfinished = script_path.is_file() and not script_path.is_symlink()
-        if len(tasks) == 1 and not paths.submitted_pickle.exists():
-            paths.move_temporary_file(tasks[0], "submitted_pickle")
-            unfinished = True
-        if not unfinished:
-            return False, None
-        if not paths.submitted_pickle.exists():
-            run_command(["scancel", job_id])
-            return True, None
-        if script_path.is_file() and not script_path.is_symlink():
-            paths.move_temporary_file(script_path, "submission_file", keep_as_symlink=True)
-        run_command(["scontrol", "release", job_id])
-        return True, int(number)
+        """:func:`ffjobs.slurm.held.finish_held` for a job of this run."""
+        return finish_held(job_id, self.config.slurm.folder, self.run_key)
 
     def run_attempt(self, number: int, exclude: tuple[str, ...]) -> AttemptResult:
         from ffjobs.slurm.executor import job_folder

@@ -142,3 +142,21 @@ class FakeSlurm:
         data = self.state
         data["jobs"][job_id]["unaccounted"] = True
         self.state_path.write_text(json.dumps(data))
+
+    def killed_right_after_sbatch(self, job_id: str, folder: Path, *, task_left: bool) -> None:
+        """Leave ``job_id`` as a submitter killed the moment sbatch answered leaves it: held,
+        its script and pickled task (unless not ``task_left``) where submitit wrote them first,
+        beside the job's folder pattern ``folder`` (``.../attempt-<n>/%j``)."""
+        from submitit.core.utils import JobPaths
+
+        paths = JobPaths(folder, job_id)
+        script = Path(self.jobs()[job_id]["command"])
+        script.unlink()  # submitit's symlink to the moved script: the script goes back
+        paths.submission_file.rename(script)
+        if task_left:
+            paths.submitted_pickle.rename(script.parent / "0123abcd.pkl")
+        else:
+            paths.submitted_pickle.unlink()
+        data = self.state
+        data["jobs"][job_id]["held"] = True
+        self.state_path.write_text(json.dumps(data))

@@ -167,6 +167,51 @@ def test_a_job_whose_id_was_never_noted_is_found_by_the_runs_preflight_name(run,
     assert preflight_folder(run, "100") == folder  # noted again
 
 
+def killed_right_after_sbatch(run, cluster, job_id: str, *, task_left: bool = True) -> Path:
+    """Leave the preflight job ``job_id`` as a worker killed the moment sbatch answered leaves
+    it (:meth:`FakeSlurm.killed_right_after_sbatch`): its id in no store and no note. Returns
+    the preflight's folder."""
+    from ffjobs.preflight.launch import job_folder
+
+    folder = preflight_folder(run, job_id)
+    cluster.killed_right_after_sbatch(
+        job_id, job_folder(run.config, run.key, 1), task_left=task_left
+    )
+    note = json.loads((folder / "slurm-job.json").read_text())
+    del note["job_id"]
+    (folder / "slurm-job.json").write_text(json.dumps(note))
+    return folder
+
+
+def test_the_job_is_submitted_held_and_released_once_its_folder_is_complete(run, cluster):
+    """A job SLURM starts before submitit made its folder has nowhere to write its output
+    (slurmd fails it at once) and no task to run: it is released only once both are there."""
+    deferred(lambda: operator(run).execute(context(Store())))
+    assert len(cluster.calls("sbatch")) == 1
+    assert "#SBATCH --hold" in Path(cluster.jobs()["100"]["command"]).read_text()
+    assert ["scontrol", "release", "100"] in cluster.calls("scontrol")
+    assert not cluster.jobs()["100"]["held"]
+
+
+def test_a_job_left_held_by_a_killed_worker_is_finished_and_released(run, cluster):
+    deferred(lambda: operator(run).execute(context(Store())))
+    folder = killed_right_after_sbatch(run, cluster, "100")
+    again = deferred(lambda: operator(run).execute(context(Store(), try_number=2)))
+    assert (again["job_id"], again["attempt"]) == ("100", 1)
+    assert len(cluster.calls("sbatch")) == 1 and not cluster.jobs()["100"]["held"]
+    assert preflight_folder(run, "100") == folder  # noted again
+    logs = job_logs(run.config, run.key, 1, "100")
+    assert sorted(p.name for p in logs.glob("*.pkl")) == ["100_submitted.pkl"]
+
+
+def test_a_job_left_held_without_its_task_is_cancelled_and_a_new_one_submitted(run, cluster):
+    deferred(lambda: operator(run).execute(context(Store())))
+    killed_right_after_sbatch(run, cluster, "100", task_left=False)
+    again = deferred(lambda: operator(run).execute(context(Store(), try_number=2)))
+    assert cluster.jobs()["100"]["state"].startswith("CANCELLED")
+    assert again["job_id"] == "101" and len(cluster.calls("sbatch")) == 2
+
+
 def test_a_job_that_ended_unwatched_is_read_as_it_ended(run, cluster):
     store = Store()
     deferred(lambda: operator(run).execute(context(store)))

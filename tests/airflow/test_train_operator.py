@@ -136,23 +136,12 @@ def test_a_job_whose_id_was_never_recorded_is_found_by_the_runs_name(run, cluste
 
 
 def killed_right_after_sbatch(run, cluster, job_id: str, *, task_left: bool = True) -> None:
-    """Leave ``job_id`` as a submitter killed the moment sbatch answered leaves it: held, its
-    script and pickled task where submitit wrote them first, nothing recorded anywhere."""
-    from submitit.core.utils import JobPaths
-
+    """Leave ``job_id`` as a submitter killed the moment sbatch answered leaves it
+    (:meth:`FakeSlurm.killed_right_after_sbatch`), nothing recorded anywhere."""
     from ffjobs.slurm.executor import job_folder
 
-    paths = JobPaths(job_folder(run.config.slurm.folder, run.key, 1), job_id)
-    script = Path(cluster.jobs()[job_id]["command"])
-    script.unlink()  # submitit's symlink to the moved script: the script goes back
-    paths.submission_file.rename(script)
-    if task_left:
-        paths.submitted_pickle.rename(script.parent / "0123abcd.pkl")
-    else:
-        paths.submitted_pickle.unlink()
-    state = cluster.state
-    state["jobs"][job_id]["held"] = True
-    cluster.state_path.write_text(json.dumps(state))
+    folder = job_folder(run.config.slurm.folder, run.key, 1)
+    cluster.killed_right_after_sbatch(job_id, folder, task_left=task_left)
     record = json.loads((run.dir / "run.json").read_text())
     record["slurm_jobs"] = []
     (run.dir / "run.json").write_text(json.dumps(record))
