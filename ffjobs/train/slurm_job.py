@@ -440,11 +440,19 @@ def _settle(job_id: str, runner: Runner = run_command) -> None:
 
 
 def run_jobs(run_key: str, runner: Runner = run_command) -> list[str]:
-    """Ids of every job SLURM accounting knows under the run's name (the last 30 days), oldest
-    first: what a supervisor that lost its records (killed right after sbatch) can still find."""
+    """Ids of every job SLURM knows under the run's name, oldest first: what a supervisor that
+    lost its records (killed right after sbatch) can still find. Accounting keeps the last 30
+    days; the controller's queue adds the jobs accounting does not record yet: a held job (every
+    job ffjobs submits is held until its folder is complete, :mod:`ffjobs.slurm.held`) reaches
+    accounting only once released."""
     argv = ["sacct", "-X", "-n", "-P", "--name", run_key, "-S", "now-30days", "-o", "JobID"]
     found = [line.strip() for line in runner(argv).splitlines()]
-    return list(dict.fromkeys(job_id for job_id in found if JOB_ID_PATTERN.fullmatch(job_id)))
+    found += [
+        line.strip()
+        for line in runner(["squeue", "-h", "--name", run_key, "-o", "%i"]).splitlines()
+    ]
+    unique = dict.fromkeys(job_id for job_id in found if JOB_ID_PATTERN.fullmatch(job_id))
+    return sorted(unique, key=lambda job_id: int(re.split(r"[_+]", job_id)[0]))
 
 
 def unresponsive_nodes(nodes: tuple[str, ...] | list[str]) -> tuple[str, ...]:

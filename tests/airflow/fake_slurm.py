@@ -64,10 +64,15 @@ elif command == "sacct":
     lines = []
     for job_id in ids:
         job = jobs.get(job_id)
-        if job is None or job.get("unaccounted") or (name and job["name"] != name):
+        # a held job reaches accounting only once released (squeue knows it at once)
+        if job is None or job.get("unaccounted") or job.get("held") or (name and job["name"] != name):
             continue
         lines.append("|".join(field(job_id, job, f) for f in fields))
     out = "".join(line + "\n" for line in lines)
+elif command == "squeue" and option("--name"):
+    live = ("PENDING", "RUNNING", "COMPLETING")
+    out = "".join(f"{j}\n" for j, job in jobs.items()
+                  if job["name"] == option("--name") and job["state"] in live)
 elif command == "squeue":
     job_id = option("-j")
     job = jobs.get(job_id)
