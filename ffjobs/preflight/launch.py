@@ -214,11 +214,13 @@ def unaccounted_job(
     into a report: one still queued or running, or one that ended while nobody watched it.
     ``stage_dir``: the run's ``preflight/`` folder; ``known``: a job id the caller kept (Airflow's
     task state store). Looked for in the preflight folders' notes and, for a job whose id was
-    never noted (its submitter died right after ``sbatch``), in SLURM accounting by the run's
-    preflight job name; such a job is matched to its folder by the attempt its submitit folder
+    never noted (its submitter died right after ``sbatch``), in SLURM accounting and the queue by
+    the run's preflight job name; such a job is matched to its folder by the attempt its submitit folder
     names."""
     from ffjobs.preflight.report import REPORT_JSON
+    from ffjobs.slurm.executor import attempt_of
     from ffjobs.slurm.held import finish_held
+    from ffjobs.slurm.jobstate import submission_order
     from ffjobs.train.slurm_job import run_jobs
 
     noted = _noted_folders(stage_dir)
@@ -228,13 +230,15 @@ def unaccounted_job(
         if not note.get("job_id") and "attempt" in note
     }
     candidates = {*noted, *run_jobs(job_name(run_key))} | ({str(known)} if known else set())
-    for job_id in sorted(candidates, key=_submission_order, reverse=True):
+    for job_id in sorted(candidates, key=submission_order, reverse=True):
         folder = noted.get(job_id)
         if folder is None:
             held, attempt = finish_held(job_id, cfg.slurm.folder, _run_id(run_key))
             if held and attempt is None:
                 continue  # left held without its task, so cancelled: it never was a preflight
-            folder = waiting.get(attempt if held else _attempt_of(cfg, run_key, job_id))
+            if not held:
+                attempt = attempt_of(cfg.slurm.folder, _run_id(run_key), job_id)
+            folder = waiting.get(attempt)
             if folder is None:
                 continue  # no preflight folder of the run waits for it: nothing to read it into
             _note_job(folder, job_id=job_id)
@@ -256,17 +260,3 @@ def _notes(stage_dir: Path) -> list[tuple[Path, dict]]:
 
 def _noted_folders(stage_dir: Path) -> dict[str, Path]:
     return {str(n["job_id"]): folder for folder, n in _notes(stage_dir) if n.get("job_id")}
-
-
-def _attempt_of(cfg, run_key: str, job_id: str) -> int:
-    """The preflight attempt ``job_id`` was submitted as, from its submitit folder; -1 if none."""
-    for folder in job_folder(cfg, run_key, 0).parent.parent.glob(f"attempt-*/{job_id}"):
-        number = folder.parent.name.removeprefix("attempt-")
-        if number.isdigit():
-            return int(number)
-    return -1
-
-
-def _submission_order(job_id: str) -> int:
-    """SLURM hands out job ids in submission order: ``123`` of ``123_4`` or ``123+0``."""
-    return int(job_id.split("_")[0].split("+")[0])

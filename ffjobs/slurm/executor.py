@@ -35,6 +35,16 @@ def job_folder(base: str | Path, run_id: str, attempt: int) -> Path:
     return Path(base) / run_id / f"attempt-{attempt}" / "%j"
 
 
+def attempt_of(base: str | Path, run_id: str, job_id: str) -> int | None:
+    """The attempt of run ``run_id`` that ``job_id`` was submitted as, from its submitit folder
+    (None if none)."""
+    for folder in job_folder(base, run_id, 0).parent.parent.glob(f"attempt-*/{job_id}"):
+        number = folder.parent.name.removeprefix("attempt-")
+        if number.isdigit():
+            return int(number)
+    return None
+
+
 def setup_lines(slurm: SlurmConfig) -> list[str]:
     """Shell lines run before the tasks start: ``export`` of ``slurm.env``, then ``slurm.setup``."""
     exports = [f"export {name}={shlex.quote(value)}" for name, value in slurm.env.items()]

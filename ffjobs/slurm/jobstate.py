@@ -74,6 +74,11 @@ SQUEUE_FORMAT = "%i|%T|%N"
 JOB_ID_PATTERN = re.compile(r"\d+(?:_\d+|_\[[\d,%-]+\]|\+\d+)?")
 
 
+def submission_order(job_id: str) -> int:
+    """SLURM hands out job ids in submission order: ``123`` of ``123_4`` or ``123+0``."""
+    return int(job_id.split("_")[0].split("+")[0])
+
+
 class JobState(StrEnum):
     """ffjobs' own job states, coarser than SLURM's (see the module docstring's table)."""
 

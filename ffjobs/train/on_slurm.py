@@ -24,6 +24,7 @@ from typing import Any
 from ffjobs.config import Config
 from ffjobs.errors import FAILURE_EXIT_CODES, ExitCode, failure_exit_code
 from ffjobs.runs.run import Run, StageOutcome
+from ffjobs.slurm.jobstate import submission_order
 from ffjobs.slurm.supervisor import (
     AttemptResult,
     Decision,
@@ -86,7 +87,7 @@ class SlurmTraining:
         if known:
             candidates.append(str(known))
         candidates += run_jobs(self.run.key)
-        for job_id in sorted(set(candidates), key=_submission_order, reverse=True):
+        for job_id in sorted(set(candidates), key=submission_order, reverse=True):
             if job_id in recorded:
                 return None  # the newest job is accounted for: nothing left to read
             held, number = self.backend.finish_held(job_id)
@@ -200,8 +201,3 @@ def train_on_slurm(config: Config, run: Run, job: TrainJob, *, wait: bool) -> St
         echo=run.echo,
     )
     return training.outcome(outcome)
-
-
-def _submission_order(job_id: str) -> int:
-    """SLURM hands out job ids in submission order: ``123`` of ``123_4`` or ``123+0``."""
-    return int(job_id.split("_")[0].split("+")[0])

@@ -44,6 +44,7 @@ from ffjobs.slurm.jobstate import (
     job_runs,
     job_state,
     poll_jobs,
+    submission_order,
 )
 from ffjobs.slurm.progress import PROGRESS_ENV, progress_file, read_starts, summary
 from ffjobs.slurm.supervisor import AttemptResult
@@ -264,14 +265,9 @@ class SlurmAttempts:
 
     def attempt_of(self, job_id: str) -> int | None:
         """The attempt ``job_id`` was submitted as, from its submitit folder (None if none)."""
-        from ffjobs.slurm.executor import job_folder
+        from ffjobs.slurm.executor import attempt_of
 
-        pattern = job_folder(self.config.slurm.folder, self.run_key, 0).parent.parent
-        for folder in pattern.glob(f"attempt-*/{job_id}"):
-            number = folder.parent.name.removeprefix("attempt-")
-            if number.isdigit():
-                return int(number)
-        return None
+        return attempt_of(self.config.slurm.folder, self.run_key, job_id)
 
     def rejected(self, reason: str, started: float) -> AttemptResult:
         """An attempt sbatch refused: a failed result whose log is sbatch's message, so the
@@ -452,7 +448,7 @@ def run_jobs(run_key: str, runner: Runner = run_command) -> list[str]:
         for line in runner(["squeue", "-h", "--name", run_key, "-o", "%i"]).splitlines()
     ]
     unique = dict.fromkeys(job_id for job_id in found if JOB_ID_PATTERN.fullmatch(job_id))
-    return sorted(unique, key=lambda job_id: int(re.split(r"[_+]", job_id)[0]))
+    return sorted(unique, key=submission_order)
 
 
 def unresponsive_nodes(nodes: tuple[str, ...] | list[str]) -> tuple[str, ...]:
