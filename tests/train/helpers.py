@@ -8,7 +8,7 @@ import os
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,32 @@ def _local_encoders() -> list[Path]:
             ensure_demo_inputs(config)
             ensure_evaluation_encoder(config)
     return made
+
+
+AHEAD = {"local": "place_local_encoders", "tiny": "tiny_config"}
+"""The inputs :func:`make_ahead` makes, by the helper whose import by a test module says the
+run needs them (a module that imports :func:`tiny_identity_weights` itself also counts)."""
+
+
+def inputs_needed(modules: Iterable[object]) -> list[str]:
+    """Which of :data:`AHEAD` the collected test ``modules`` will use."""
+    modules = list(modules)
+    return [
+        name
+        for name, helper in AHEAD.items()
+        if any(hasattr(m, helper) or (name == "tiny" and hasattr(m, "tiny_identity_weights"))
+               for m in modules)
+    ]  # fmt: skip
+
+
+def make_ahead(names: Iterable[str]) -> None:
+    """Make the named inputs of this test run (``local``: both encoders of the embedded default;
+    ``tiny``: the tiny identity encoder) into the run's folder, as the first test needing each
+    would. Run in a background process at the lowest priority (tests/conftest.py), this turns
+    the minutes one test would spend on them into cores that waiting tests leave idle; a test
+    that needs one sooner waits for the lock and uses it."""
+    for name in names:
+        _local_encoders() if name == "local" else tiny_identity_weights()
 
 
 PRETRAIN_S = 900

@@ -6,84 +6,38 @@ the cache only through the blob the first one left in the checkpoint store.
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import subprocess
-import sys
+import shutil
 
 import pytest
 
 from ffjobs.train.compile.cache import BLOB, regions_file
 from ffjobs.train.compile.signing import sign
 
+from .compiled_runs import COLD_STEPS, COMPILED_RUN_S, compiled_run
 from .helpers import tiny_config
 
 KEY = bytes(range(32))
 """The run's signing key in these tests."""
-COMPILED_RUN_S = 600
-"""One process training 2 or 3 compiled steps from an empty compiler cache: about a minute on a
-quiet 2-core machine, 10 times that for a loaded one."""
-
-_RUN = """
-import json, sys
-import torch._dynamo.utils
-from ffjobs.train.job import TrainJob
-from ffjobs.train.worker import run_rank
-
-config = json.loads(sys.argv[1])
-job = TrainJob(config=config, data="memory", checkpoint_dir=config["train"]["checkpoint_dir"])
-result = run_rank(job)
-counters = torch._dynamo.utils.counters
-print(json.dumps({
-    "final_step": result["final_step"],
-    "fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
-    "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"],
-}))
-"""
 
 
-def _compiled_run(config, local_cache) -> dict:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        "TORCHINDUCTOR_CACHE_DIR": str(local_cache),  # empty: only the blob can make it warm
-        # a job without a run signs with the user's key for its checkpoint folder: kept here
-        "XDG_STATE_HOME": str(local_cache.parent / "state"),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN, json.dumps(config.to_dict(), default=str)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMPILED_RUN_S,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.strip().splitlines()
-    result = json.loads(lines[-1])
-    # rank 0's first-step line: "... 4 compiled regions, 5 captures (5 loaded) ..."
-    first_step = next(line for line in lines if line.startswith("first step"))
-    captures, loaded = re.search(r"(\d+) captures \((\d+) loaded\)", first_step).groups()
-    return {**result, "captures": int(captures), "loaded": int(loaded)}
-
-
-@pytest.mark.slow  # two cold CPU compiles: minutes on two cores
+@pytest.mark.slow  # the shared cold compile (compiled_runs.py), then a warm one: minutes
 @pytest.mark.timeout(2 * COMPILED_RUN_S + 60)  # the two runs, the tiny encoder if not made yet
-def test_a_restarted_compiled_run_loads_the_cache_from_its_checkpoint_dir(tmp_path):
-    overrides = ["train.compile=true", "train.steps=2", "train.checkpoint_every=2"]
-    first = _compiled_run(tiny_config(tmp_path, *overrides), tmp_path / "local-1")
-    blob = tmp_path / "ckpt" / BLOB
-    assert first["final_step"] == 2 and blob.stat().st_size > 0
-    assert (tmp_path / "ckpt" / regions_file("cpu")).stat().st_size > 0
+def test_a_restarted_compiled_run_loads_the_cache_from_its_checkpoint_dir(cold_compile, tmp_path):
+    first = cold_compile.run  # a cold start that refused the pickles planted as its cache
+    assert first.final_step == 2
+    assert cold_compile.store.size(BLOB) > 0
+    assert cold_compile.store.size(regions_file("cpu")) > 0
     # a cold start: every region captured here (the identity encoder twice: on the sources
     # without grad, on the fused faces with it), none loaded
-    assert first["captures"] >= 4 and first["loaded"] == 0
+    assert first.captures >= 4 and first.loaded == 0
 
-    restart = tiny_config(tmp_path, *overrides, "train.steps=3", "train.resume=false")
-    second = _compiled_run(restart, tmp_path / "local-2")
-    assert second["final_step"] == 3
+    shutil.copytree(cold_compile.store.directory, tmp_path / "ckpt")  # the restart writes to it
+    restart = tiny_config(tmp_path, *COLD_STEPS, "train.steps=3", "train.resume=false")
+    second = compiled_run(restart, tmp_path / "local-2", cold_compile.key_file)
+    assert second.final_step == 3
     # every capture the first run made comes out of the files it left: nothing traced again
-    assert second["loaded"] == second["captures"] == first["captures"]
+    assert second.loaded == second.captures == first.captures
 
 
 def test_saved_region_captures_are_used_only_by_the_code_and_settings_they_were_made_for(

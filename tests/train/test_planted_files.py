@@ -13,6 +13,7 @@ import io
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import threading
@@ -40,30 +41,17 @@ from ffjobs.train.compile.signing import (
 from ffjobs.train.job import TrainJob
 from ffjobs.train.worker import run_rank
 
+from .compiled_runs import PlantedPayload, planted_pickle
 from .helpers import tiny_config
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(1, 33))
 
 
-class _Payload:
-    """Unpickled, it creates ``marker``: what an attacker's code would do first."""
-
-    def __init__(self, marker: Path):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
-
-
-def planted_pickle(marker: Path) -> bytes:
-    return pickle.dumps({"generator": _Payload(marker)})
-
-
 def planted_torch_file(marker: Path) -> bytes:
     """A zip checkpoint as ``torch.save`` writes it, holding the payload among real tensors."""
     buffer = io.BytesIO()
-    torch.save({"step": 4, "weights": torch.ones(3), "generator": _Payload(marker)}, buffer)
+    torch.save({"step": 4, "weights": torch.ones(3), "generator": PlantedPayload(marker)}, buffer)
     return buffer.getvalue()
 
 
@@ -262,47 +250,17 @@ def test_the_training_stage_hands_the_ranks_the_key_file_not_the_key(tmp_path, m
     assert key.hex() not in spec and key_file.read_text().strip() not in spec
 
 
-_COMPILED_RUN = """
-import json, sys
-from ffjobs.train.job import TrainJob
-from ffjobs.train.worker import run_rank
-
-config = json.loads(sys.argv[1])
-job = TrainJob(config=config, data="memory", checkpoint_dir=config["train"]["checkpoint_dir"],
-               signing_key_file=sys.argv[2])
-print(json.dumps({"final_step": run_rank(job)["final_step"]}))
-"""
-
-
-@pytest.mark.slow  # one cold CPU compile: minutes on two busy cores
+@pytest.mark.slow  # the shared cold CPU compile (compiled_runs.py): minutes on two busy cores
 @pytest.mark.timeout(1800)
 def test_a_compiled_job_refuses_a_planted_cache_compiles_cold_and_signs_what_it_writes(
-    tmp_path,
+    cold_compile, tmp_path
 ):
-    config = tiny_config(
-        tmp_path, "train.compile=true", "train.steps=1", "train.checkpoint_every=1"
-    )
-    store, marker = LocalStore(tmp_path / "ckpt"), tmp_path / "ran"
-    store.write(compile_cache.BLOB, planted_pickle(marker))
-    store.write(compile_cache.regions_file("cpu"), planted_pickle(marker))
-    key_file = tmp_path / "run" / "signing.key"
-    done = subprocess.run(
-        [sys.executable, "-c", _COMPILED_RUN, json.dumps(config.to_dict(), default=str)]
-        + [str(key_file)],
-        env={
-            **os.environ,
-            "PYTHONPATH": os.getcwd(),
-            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "local-cache"),
-        },
-        capture_output=True,
-        text=True,
-        timeout=1700,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1])["final_step"] == 1
-    assert not marker.exists()
+    store, key_file = cold_compile.store, cold_compile.key_file
+    assert cold_compile.run.final_step == 2
+    assert not cold_compile.marker.exists()
     for name in (compile_cache.BLOB, compile_cache.regions_file("cpu")):
-        assert any(name in line and "refused" in line for line in done.stderr.splitlines())
+        stderr = cold_compile.run.stderr.splitlines()
+        assert any(name in line and "refused" in line for line in stderr)
         # written anew after the first step, under the run's key
         verified_payload(load_or_create_key(key_file), name, store.read(name))
     key = load_or_create_key(key_file)
@@ -310,9 +268,10 @@ def test_a_compiled_job_refuses_a_planted_cache_compiles_cold_and_signs_what_it_
         data = store.read(name)
         assert key not in data and key.hex().encode() not in data
     warm = compile_cache.CacheReport()
+    copy = LocalStore(shutil.copytree(store.directory, tmp_path / "ckpt"))  # load writes to it
     with warnings.catch_warnings(record=True) as caught:  # a warm load of its own files
         warnings.simplefilter("always")
-        compile_cache.load(store, warm, rank=1, key=key)
+        compile_cache.load(copy, warm, rank=1, key=key)
     assert warm.loaded_entries > 0
     assert not [w for w in caught if "refused" in str(w.message)]
 

@@ -1,0 +1,121 @@
+"""One compiled training job in a fresh process, and the cold start that two tests share.
+
+A cold CPU compile of the tiny model is a minute or more of CPU. The planted-files test (what a
+job refuses, compiles and signs) and the compile-cache test (a restart warm from what the job
+left) both need one from an empty local compiler cache, so the test run makes it once
+(:func:`cold_compiled_run`, a session fixture grouped on one worker: tests/group_end.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ffjobs.config import Config
+from ffjobs.train.checkpoint.storage import LocalStore
+from ffjobs.train.compile import cache as compile_cache
+
+from .helpers import tiny_config
+
+COMPILED_RUN_S = 600
+"""One process training 2 or 3 compiled steps from an empty compiler cache: about a minute on a
+quiet 2-core machine, 10 times that for a loaded one."""
+
+COLD_STEPS = ["train.compile=true", "train.steps=2", "train.checkpoint_every=2"]
+"""The shared cold start: two compiled steps, a checkpoint (and the compile cache) at step 2."""
+
+_RUN = """
+import json, sys
+import torch._dynamo.utils
+from ffjobs.train.job import TrainJob
+from ffjobs.train.worker import run_rank
+
+config = json.loads(sys.argv[1])
+job = TrainJob(config=config, data="memory", checkpoint_dir=config["train"]["checkpoint_dir"],
+               signing_key_file=sys.argv[2])
+result = run_rank(job)
+counters = torch._dynamo.utils.counters
+print(json.dumps({
+    "final_step": result["final_step"],
+    "fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
+    "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"],
+}))
+"""
+
+
+class PlantedPayload:
+    """Unpickled, it creates ``marker``: what an attacker's code would do first."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def planted_pickle(marker: Path) -> bytes:
+    return pickle.dumps({"generator": PlantedPayload(marker)})
+
+
+@dataclass
+class CompiledRun:
+    final_step: int
+    captures: int
+    """Region captures of rank 0's first step (from its "first step" line)."""
+    loaded: int
+    """How many of them came out of the checkpoint folder's saved captures."""
+    stderr: str
+
+
+def compiled_run(config: Config, local_cache: Path, key_file: Path) -> CompiledRun:
+    """``config``'s job on one rank in a fresh process whose local compiler cache is
+    ``local_cache`` (empty: only the checkpoint folder can make it warm), signing with the key
+    in ``key_file`` (made if missing)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "TORCHINDUCTOR_CACHE_DIR": str(local_cache),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN, json.dumps(config.to_dict(), default=str), str(key_file)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMPILED_RUN_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1])
+    # rank 0's first-step line: "... 4 compiled regions, 5 captures (5 loaded) ..."
+    first_step = next(line for line in lines if line.startswith("first step"))
+    captures, loaded = re.search(r"(\d+) captures \((\d+) loaded\)", first_step).groups()
+    return CompiledRun(result["final_step"], int(captures), int(loaded), done.stderr)
+
+
+@dataclass
+class ColdRun:
+    """:data:`COLD_STEPS` from an empty local compiler cache, with a pickle planted as each
+    compile-cache file of the checkpoint folder (marker ``marker`` if it ever ran)."""
+
+    root: Path
+    store: LocalStore
+    """The job's checkpoint folder, as it left it (tests that write to it copy it first)."""
+    key_file: Path
+    marker: Path
+    run: CompiledRun
+
+
+def cold_compiled_run(root: Path) -> ColdRun:
+    config = tiny_config(root, *COLD_STEPS)
+    store, marker = LocalStore(Path(config.train.checkpoint_dir)), root / "ran"
+    store.write(compile_cache.BLOB, planted_pickle(marker))
+    store.write(compile_cache.regions_file("cpu"), planted_pickle(marker))
+    key_file = root / "run" / "signing.key"
+    run = compiled_run(config, root / "local-cache", key_file)
+    return ColdRun(root, store, key_file, marker, run)
