@@ -62,20 +62,25 @@ def _share_cores_between_workers() -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start making the run's shared inputs that the collected tests will need, in the
-    background (one worker does it for all): see :func:`train.helpers.make_ahead`."""
+    background (one worker does it for all): see tests/train/ahead.py."""
     if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0" or session.config.option.collectonly:
         return
-    from train.helpers import inputs_needed  # noqa: PLC0415 - imports torch: not at conftest's
+    from train.ahead import inputs_needed  # noqa: PLC0415 - tests/ is on sys.path by now
 
-    names = inputs_needed({getattr(item, "module", None) for item in session.items})
+    names = inputs_needed(session.items)
     if not names:
         return
     log = Path(os.environ[RUN_FOLDER]) / "made-ahead.log"
-    code = f"from train.helpers import make_ahead; make_ahead({names!r})"
+    pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    code = f"from train.ahead import make_ahead; make_ahead({names!r})"
     with log.open("a") as out:
         process = subprocess.Popen(
             [sys.executable, "-c", code],
-            cwd=Path(__file__).parent,  # tests/: where `train.helpers` imports from
+            cwd=os.environ[RUN_FOLDER],  # relative defaults (runs/...) land there, as a test's
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *pythonpath]),
+            },
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # stopped with its children at the session's end

@@ -22,15 +22,13 @@ SHARED_GROUPS = {
     "airflow_api": "airflow",
     "airflow_stack": "airflow",
     "trained": "trained",
-    "cold_compile": "cold-compile",
     "mlflow_server": "mlflow-server",
     "s3_endpoint": "s3-server",
 }
 """Under pytest-xdist (``--dist loadgroup``), the tests that use one of these session fixtures
 run on one worker, one at a time: the local stack's SLURM mini-cluster (three nodes that drills
 cut, throttle and kill, and a preflight that needs all three), the session's Airflow, the
-trained models of tests/evaluate and tests/registry (minutes of CPU each), the compiled job's
-cold start of tests/train (a minute or more of CPU), the test MLflow
+trained models of tests/evaluate and tests/registry (minutes of CPU each), the test MLflow
 server, the S3 server: each is made once. The first that a test uses, in this order, names its
 group."""
 

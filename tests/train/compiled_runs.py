@@ -2,8 +2,8 @@
 
 A cold CPU compile of the tiny model is a minute or more of CPU. The planted-files test (what a
 job refuses, compiles and signs) and the compile-cache test (a restart warm from what the job
-left) both need one from an empty local compiler cache, so the test run makes it once
-(:func:`cold_compiled_run`, a session fixture grouped on one worker: tests/group_end.py).
+left) both need one from an empty local compiler cache, so the test run makes it once, in its
+folder (:func:`cold_compile_of_the_run`; tests/train/ahead.py may have made it already).
 """
 
 from __future__ import annotations
@@ -12,16 +12,18 @@ import json
 import os
 import pickle
 import re
+import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ffjobs.config import Config
+from ffjobs.shared_inputs import make_once
 from ffjobs.train.checkpoint.storage import LocalStore
 from ffjobs.train.compile import cache as compile_cache
 
-from .helpers import tiny_config
+from .helpers import allow_more_time, tiny_config
 
 COMPILED_RUN_S = 600
 """One process training 2 or 3 compiled steps from an empty compiler cache: about a minute on a
@@ -111,11 +113,31 @@ class ColdRun:
     run: CompiledRun
 
 
-def cold_compiled_run(root: Path) -> ColdRun:
-    config = tiny_config(root, *COLD_STEPS)
-    store, marker = LocalStore(Path(config.train.checkpoint_dir)), root / "ran"
-    store.write(compile_cache.BLOB, planted_pickle(marker))
-    store.write(compile_cache.regions_file("cpu"), planted_pickle(marker))
-    key_file = root / "run" / "signing.key"
-    run = compiled_run(config, root / "local-cache", key_file)
-    return ColdRun(root, store, key_file, marker, run)
+_RESULT = "result.json"
+"""Written last into the cold start's folder: what the job said (the folder is complete)."""
+
+
+def cold_compile_of_the_run() -> ColdRun:
+    """The test run's cold start, in its folder (``FFJOBS_TEST_RUN_DIR`` of tests/conftest.py),
+    made by the first process that needs it while the others wait."""
+    root = Path(os.environ["FFJOBS_TEST_RUN_DIR"]) / "cold-compile"
+    if not (root / _RESULT).exists():  # this test makes it or waits for the process making it
+        allow_more_time(COMPILED_RUN_S)
+    make_once(
+        root,
+        _make_cold_compile,
+        what="the compiled job's cold start",
+        complete=lambda folder: (folder / _RESULT).exists(),
+    )
+    run = CompiledRun(**json.loads((root / _RESULT).read_text()))
+    return ColdRun(root, LocalStore(root / "ckpt"), root / "run" / "signing.key", root / "ran", run)
+
+
+def _make_cold_compile(folder: Path) -> None:
+    config = tiny_config(folder, *COLD_STEPS)  # checkpoints in folder / "ckpt"
+    store = LocalStore(Path(config.train.checkpoint_dir))
+    store.write(compile_cache.BLOB, planted_pickle(folder / "ran"))
+    store.write(compile_cache.regions_file("cpu"), planted_pickle(folder / "ran"))
+    run = compiled_run(config, folder / "local-cache", folder / "run" / "signing.key")
+    shutil.rmtree(folder / "local-cache")  # the restart must find only the checkpoint folder's
+    (folder / _RESULT).write_text(json.dumps(asdict(run)))

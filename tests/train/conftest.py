@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from .compiled_runs import ColdRun, cold_compiled_run
+from .compiled_runs import ColdRun, cold_compile_of_the_run
 
 
 @pytest.fixture(scope="session")
-def cold_compile(tmp_path_factory: pytest.TempPathFactory) -> ColdRun:
-    """The compiled job's cold start, made once per test run (see :mod:`compiled_runs`)."""
-    return cold_compiled_run(tmp_path_factory.mktemp("cold-compile"))
+def cold_compile() -> ColdRun:
+    """The compiled job's cold start, made once per test run (see :mod:`compiled_runs`): its
+    folder is shared, so a test copies what it would write to."""
+    return cold_compile_of_the_run()

@@ -8,7 +8,7 @@ import os
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ def tiny_identity_weights() -> str:
 
     out = Path(os.environ["FFJOBS_TEST_RUN_DIR"]) / "tiny-identity.pt"
     if not out.exists():  # this test makes it or waits for the process making it
-        _allow_more_time(PRETRAIN_S)
+        allow_more_time(PRETRAIN_S)
 
     def pretrain(path: Path) -> None:
         from ffjobs.data.synth import generate_dataset
@@ -79,14 +79,14 @@ def place_local_encoders(workdir: Path) -> None:
 
     from ffjobs.models.prepare import encoder_record
 
-    for made, wanted in zip(_local_encoders(), LOCAL_ENCODERS, strict=True):
+    for made, wanted in zip(local_encoders(), LOCAL_ENCODERS, strict=True):
         if not (workdir / wanted).exists():
             (workdir / wanted).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(encoder_record(made), encoder_record(workdir / wanted))
             shutil.copyfile(made, workdir / wanted)
 
 
-def _local_encoders() -> list[Path]:
+def local_encoders() -> list[Path]:
     """Both encoders, made by the pipeline's own functions as a first run on the embedded
     default makes them, in the test run's folder (once: they wait for each other)."""
     from ffjobs.models.prepare import ensure_demo_inputs
@@ -95,7 +95,7 @@ def _local_encoders() -> list[Path]:
     folder = Path(os.environ["FFJOBS_TEST_RUN_DIR"]) / "local"
     made = [folder / path for path in LOCAL_ENCODERS]
     if not all(path.exists() for path in made):
-        _allow_more_time(2 * PRETRAIN_S)
+        allow_more_time(2 * PRETRAIN_S)
         folder.mkdir(exist_ok=True)
         with contextlib.chdir(folder):  # where the preset's relative paths point
             config = load_config("local")
@@ -104,39 +104,13 @@ def _local_encoders() -> list[Path]:
     return made
 
 
-AHEAD = {"local": "place_local_encoders", "tiny": "tiny_config"}
-"""The inputs :func:`make_ahead` makes, by the helper whose import by a test module says the
-run needs them (a module that imports :func:`tiny_identity_weights` itself also counts)."""
-
-
-def inputs_needed(modules: Iterable[object]) -> list[str]:
-    """Which of :data:`AHEAD` the collected test ``modules`` will use."""
-    modules = list(modules)
-    return [
-        name
-        for name, helper in AHEAD.items()
-        if any(hasattr(m, helper) or (name == "tiny" and hasattr(m, "tiny_identity_weights"))
-               for m in modules)
-    ]  # fmt: skip
-
-
-def make_ahead(names: Iterable[str]) -> None:
-    """Make the named inputs of this test run (``local``: both encoders of the embedded default;
-    ``tiny``: the tiny identity encoder) into the run's folder, as the first test needing each
-    would. Run in a background process at the lowest priority (tests/conftest.py), this turns
-    the minutes one test would spend on them into cores that waiting tests leave idle; a test
-    that needs one sooner waits for the lock and uses it."""
-    for name in names:
-        _local_encoders() if name == "local" else tiny_identity_weights()
-
-
 PRETRAIN_S = 900
 """The tiny encoder's pre-training (300 steps on 192 images), on top of the test's own limit:
 more than 4 minutes of CPU, so 2 to 3 minutes on a quiet 2-core machine; 900 s leaves room for
 a loaded one."""
 
 
-def _allow_more_time(seconds: float) -> None:
+def allow_more_time(seconds: float) -> None:
     """Extend the running test's time limit by ``seconds``, for work done once per test run
     that lands in whichever test needs it first. pytest-timeout's signal method (the one
     configured) is an ITIMER_REAL alarm in the main thread."""
