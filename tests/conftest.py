@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,6 @@ RUN_FOLDER = "FFJOBS_TEST_RUN_DIR"
 every test (:func:`train.helpers.tiny_identity_weights`): set before any test runs, so that
 pytest-xdist's workers, started later, inherit it."""
 _MADE_RUN_FOLDER = pytest.StashKey[str]()
-_MAKING_AHEAD = pytest.StashKey[subprocess.Popen]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -60,51 +58,7 @@ def _share_cores_between_workers() -> None:
     torch.set_num_threads(threads)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start making the run's shared inputs that the collected tests will need, in the
-    background (one worker does it for all): see tests/train/ahead.py."""
-    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0" or session.config.option.collectonly:
-        return
-    from train.ahead import inputs_needed  # noqa: PLC0415 - tests/ is on sys.path by now
-
-    names = inputs_needed(session.items)
-    if not names:
-        return
-    log = Path(os.environ[RUN_FOLDER]) / "made-ahead.log"
-    pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    code = f"from train.ahead import make_ahead; make_ahead({names!r})"
-    with log.open("a") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-c", code],
-            cwd=os.environ[RUN_FOLDER],  # relative defaults (runs/...) land there, as a test's
-            env={
-                **os.environ,
-                "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *pythonpath]),
-            },
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # stopped with its children at the session's end
-            # the lowest priority: it takes what the tests leave idle (a test waiting for its
-            # inputs leaves a core), never a core a running test could use
-            preexec_fn=lambda: os.nice(19),
-        )
-    session.config.stash[_MAKING_AHEAD] = process
-
-
-def _stop_making_ahead(config: pytest.Config) -> None:
-    process = config.stash.get(_MAKING_AHEAD, None)
-    if process is None or process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGTERM)  # a half-made input is never used (make_once)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
-    _stop_making_ahead(config)
     made = config.stash.get(_MADE_RUN_FOLDER, None)
     if made:
         shutil.rmtree(made, ignore_errors=True)

@@ -3,7 +3,7 @@
 A cold CPU compile of the tiny model is a minute or more of CPU. The planted-files test (what a
 job refuses, compiles and signs) and the compile-cache test (a restart warm from what the job
 left) both need one from an empty local compiler cache, so the test run makes it once, in its
-folder (:func:`cold_compile_of_the_run`; tests/train/ahead.py may have made it already).
+folder (:func:`cold_compile_of_the_run`).
 """
 
 from __future__ import annotations

@@ -79,14 +79,14 @@ def place_local_encoders(workdir: Path) -> None:
 
     from ffjobs.models.prepare import encoder_record
 
-    for made, wanted in zip(local_encoders(), LOCAL_ENCODERS, strict=True):
+    for made, wanted in zip(_local_encoders(), LOCAL_ENCODERS, strict=True):
         if not (workdir / wanted).exists():
             (workdir / wanted).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(encoder_record(made), encoder_record(workdir / wanted))
             shutil.copyfile(made, workdir / wanted)
 
 
-def local_encoders() -> list[Path]:
+def _local_encoders() -> list[Path]:
     """Both encoders, made by the pipeline's own functions as a first run on the embedded
     default makes them, in the test run's folder (once: they wait for each other)."""
     from ffjobs.models.prepare import ensure_demo_inputs
