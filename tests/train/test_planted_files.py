@@ -258,8 +258,8 @@ def test_a_compiled_job_refuses_a_planted_cache_compiles_cold_and_signs_what_it_
     store, key_file = cold_compile.store, cold_compile.key_file
     assert cold_compile.run.final_step == 2
     assert not cold_compile.marker.exists()
+    stderr = cold_compile.run.stderr.splitlines()
     for name in (compile_cache.BLOB, compile_cache.regions_file("cpu")):
-        stderr = cold_compile.run.stderr.splitlines()
         assert any(name in line and "refused" in line for line in stderr)
         # written anew after the first step, under the run's key
         verified_payload(load_or_create_key(key_file), name, store.read(name))
