@@ -6,8 +6,9 @@ that exits abnormally stops the others at once (as ``srun --kill-on-bad-exit`` w
 missing a rank can only hang in its next collective), and the error names that rank, how it
 ended and its log (and, when its last traceback is a storage error, what storage refused, in
 the same line). Every rank's output goes to ``<log_dir>/rank-<N>.log``; rank 0's is also
-shown on the console. Standard library only, so a launcher starts its ranks without importing
-torch itself.
+shown on the console. The ranks are forks of one process that imported what they need once
+(:mod:`ffjobs.forked_ranks`); the launcher itself is standard library only and imports no
+torch.
 
 The ranks end with the launcher, whatever ends it (:mod:`ffjobs.process_tree`): each is told
 who launched it (:data:`~ffjobs.process_tree.LAUNCHER_VAR`) and follows it. SIGTERM (and the
@@ -21,7 +22,6 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from ffjobs.forked_ranks import FORWARDED_SIGNALS, ForkedRanks
 from ffjobs.process_tree import launcher_environment
 
 # Variables that would make a rank believe it is a SLURM/submitit task instead of a local one.
@@ -37,8 +38,6 @@ SCHEDULER_VARS = ("SUBMITIT_EXECUTOR", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LO
 STOPPED_ON_REQUEST = 3
 """Exit status of a rank that checkpointed and stopped on a signal (every rank agrees on it)."""
 
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
-"""Pre-emption and time-limit signals: passed on to every rank, which checkpoint and stop."""
 STOP_GRACE_S = 60.0
 """How long ranks have to checkpoint and stop after a SIGTERM passed on to them (SLURM gives
 30 s by default); then they are killed."""
@@ -118,49 +117,56 @@ def rank_log(log_dir: Path, rank: int) -> Path:
 
 
 def launch_ranks(
-    command: Callable[[int], Sequence[str]],
+    entry: str,
+    args: Callable[[int], Sequence[str]],
     nproc: int,
     log_dir: Path,
     *,
+    preload: Sequence[str] = (),
     console: IO[str] | None = None,
     timeout_s: float | None = None,
     env: Mapping[str, str] | None = None,
 ) -> None:
-    """Run ``command(rank)`` for ranks ``0..nproc-1`` to completion.
+    """Run ``python -m entry *args(rank)`` for ranks ``0..nproc-1`` to completion.
 
-    ``console`` (default ``sys.stdout``) receives rank 0's output as it comes. Exit statuses
-    0 and :data:`STOPPED_ON_REQUEST` are normal ends. Raises :class:`LaunchFailed` naming the
-    first rank that ended otherwise (after stopping the rest) or, past ``timeout_s``, the
-    ranks still running.
+    The ranks are forks of one process that imported the ``preload`` modules once
+    (:mod:`ffjobs.forked_ranks`): name there what every rank imports anyway. ``console``
+    (default ``sys.stdout``) receives rank 0's output as it comes. Exit statuses 0 and
+    :data:`STOPPED_ON_REQUEST` are normal ends. Raises :class:`LaunchFailed` naming the first
+    rank that ended otherwise (after stopping the rest) or, past ``timeout_s``, the ranks
+    still running.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     console = console if console is not None else sys.stdout
     port = free_loopback_port()
-    procs: list[subprocess.Popen] = []
-    pumps: list[threading.Thread] = []
+    launcher = launcher_environment()
+    envs = [{**rank_environment(r, nproc, port, base=env), **launcher} for r in range(nproc)]
+    pipes = [os.pipe() for _ in range(nproc)]
+    pumps = [
+        threading.Thread(
+            target=_pump,
+            args=(read_end, rank_log(log_dir, rank), console if rank == 0 else None),
+            daemon=True,
+        )
+        for rank, (read_end, _) in enumerate(pipes)
+    ]
     try:
-        for rank in range(nproc):
-            proc = subprocess.Popen(
-                list(command(rank)),
-                env={**rank_environment(rank, nproc, port, base=env), **launcher_environment()},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-            procs.append(proc)
-            pump = threading.Thread(
-                target=_pump,
-                args=(proc.stdout, rank_log(log_dir, rank), console if rank == 0 else None),
-                daemon=True,
-            )
-            pump.start()
-            pumps.append(pump)
-        failure = _wait_all(procs, timeout_s)
+        ranks = ForkedRanks(
+            entry, [args(r) for r in range(nproc)], envs, [w for _, w in pipes], preload
+        )
+    except BaseException:
+        for read_end, _ in pipes:
+            os.close(read_end)
+        raise
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+        for _, write_end in pipes:
+            os.close(write_end)
+    for pump in pumps:
+        pump.start()
+    try:
+        failure = _wait_all(ranks, nproc, timeout_s)
+    finally:
+        ranks.kill()  # whatever still runs
         for pump in pumps:
             pump.join(timeout=10)
     if failure is None:
@@ -188,9 +194,9 @@ def launch_ranks(
     )
 
 
-def _pump(stream: IO[bytes], log: Path, console: IO[str] | None) -> None:
+def _pump(read_end: int, log: Path, console: IO[str] | None) -> None:
     """Copy one rank's output into its log file (and the console) line by line."""
-    with log.open("wb") as out:
+    with os.fdopen(read_end, "rb") as stream, log.open("wb") as out:
         for line in iter(stream.readline, b""):
             out.write(line)
             out.flush()
@@ -198,11 +204,10 @@ def _pump(stream: IO[bytes], log: Path, console: IO[str] | None) -> None:
                 with contextlib.suppress(ValueError, OSError):  # console closed under us
                     console.write(line.decode(errors="replace"))
                     console.flush()
-    stream.close()
 
 
 def _wait_all(
-    procs: list[subprocess.Popen], timeout_s: float | None
+    ranks: ForkedRanks, nproc: int, timeout_s: float | None
 ) -> tuple[int, int] | str | None:
     """Wait for every rank; on the first abnormal end kill the rest and return ``(rank, code)``;
     past the deadline, or :data:`STOP_GRACE_S` after a SIGTERM passed on, return why the
@@ -213,9 +218,7 @@ def _wait_all(
     def forward(signum: int, _frame: object) -> None:
         if signum == signal.SIGTERM and not stop_asked:
             stop_asked.append(time.monotonic())
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signum)
+        ranks.send_signal(signum)
 
     for sig in FORWARDED_SIGNALS:
         with contextlib.suppress(ValueError):  # not the main thread
@@ -223,11 +226,11 @@ def _wait_all(
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         while True:
-            codes = [proc.poll() for proc in procs]
-            for rank, code in enumerate(codes):
-                if code not in (None, 0, STOPPED_ON_REQUEST):
+            ended = ranks.ended()
+            for rank, code in ended:  # the first to end abnormally
+                if code not in (0, STOPPED_ON_REQUEST):
                     return rank, code
-            if all(code is not None for code in codes):
+            if len(ended) == nproc:
                 return None
             if deadline is not None and time.monotonic() > deadline:
                 return f"did not finish within {timeout_s:g} s"

@@ -8,8 +8,9 @@ and multiprocessing's resource tracker, for good. Here:
   for SIGKILL when its parent ends (``prctl(PR_SET_PDEATHSIG)``), then checks that its parent
   is still the one that started it (it may have died before the request: then the child ends
   at once). The kernel sends it when the parent *thread* that started the child ends, so
-  only children of a thread that outlives them ask: the ranks (the launcher's thread waits for
-  them), the DataLoader workers and the asynchronous checkpoint writer (started by the rank's
+  only children of a thread that outlives them ask: the parent of a launch's ranks (the
+  launcher's thread waits for it) and the ranks (forks of that parent's one thread,
+  :mod:`ffjobs.forked_ranks`), the DataLoader workers and the asynchronous checkpoint writer (started by the rank's
   training thread) and the data workers of :mod:`ffjobs.data.worker_process` (started by the
   thread that uses them).
 * **A watchdog in each rank** (:func:`follow_launcher`): a thread that looks every

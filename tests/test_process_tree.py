@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 
@@ -27,6 +26,7 @@ time.sleep(120)
 def test_ranks_that_ignore_a_forwarded_sigterm_are_killed_after_the_grace(tmp_path, monkeypatch):
     monkeypatch.setattr(local_ranks, "STOP_GRACE_S", 1.0)
     ready = [tmp_path / f"ready-{rank}" for rank in range(2)]
+    (tmp_path / "stubborn_rank.py").write_text(STUBBORN)
 
     def terminate_once_ready() -> None:
         while not all(p.exists() and p.read_text() for p in ready):
@@ -37,9 +37,11 @@ def test_ranks_that_ignore_a_forwarded_sigterm_are_killed_after_the_grace(tmp_pa
     started = time.monotonic()
     with pytest.raises(LaunchFailed, match=r"ranks did not stop within 1 s of SIGTERM"):
         launch_ranks(
-            lambda rank: [sys.executable, "-c", STUBBORN, str(ready[rank]), LAUNCHER_VAR],
+            "stubborn_rank",
+            lambda rank: [str(ready[rank]), LAUNCHER_VAR],
             2,
             tmp_path / "logs",
+            env={**os.environ, "PYTHONPATH": str(tmp_path)},
         )
     assert time.monotonic() - started < 30
     me = f"{os.getpid()}:{process_start_time(os.getpid())}"

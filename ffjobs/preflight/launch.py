@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -36,9 +35,11 @@ def launch_local(run_dir: Path, nproc: int, timeout_s: float) -> str | None:
     files whatever happened, so a failed rank's own record still explains itself."""
     try:
         launch_ranks(
-            lambda rank: [sys.executable, "-m", "ffjobs.preflight.worker", str(run_dir)],
+            "ffjobs.preflight.worker",
+            lambda rank: [str(run_dir)],
             nproc,
             run_dir / RANK_LOG_DIR,
+            preload=("ffjobs.train.distributed",),  # torch.distributed, which every rank imports
             console=io.StringIO(),  # preflight ranks only log; the report speaks for them
             timeout_s=timeout_s,
         )

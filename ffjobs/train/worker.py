@@ -34,6 +34,18 @@ from ffjobs.train.job import DATA_KINDS, TrainJob
 
 __all__ = ["DATA_KINDS", "build_train_dataset", "launch_job", "launch_local", "run_rank"]
 
+RANK_IMPORTS = (
+    "ffjobs.train.trainer",
+    "ffjobs.train.probe",
+    "ffjobs.models.flops",
+    "ffjobs.tracking.system_metrics",
+    "torch._dynamo",  # with Inductor, imported by the first optimizer step
+    "torch._inductor",
+    "torch.distributed.algorithms.ddp_comm_hooks",  # imported by DDP's constructor
+)
+"""What every training rank imports: the launch's ranks share one import of it
+(:func:`~ffjobs.local_ranks.launch_ranks`)."""
+
 MEMORY_EPOCH_STEPS = 1000
 """Optimizer steps per epoch of ``--data memory`` (random images, no decoding)."""
 
@@ -52,14 +64,15 @@ def launch_job(
         job_path.write_text(json.dumps(asdict(job), default=str))
         result_path = Path(tmp) / "result.json"
 
-        def command(rank: int) -> list[str]:
-            argv = [sys.executable, "-m", "ffjobs.train.worker", str(job_path)]
-            return argv + (["--result", str(result_path)] if rank == 0 else [])
+        def args(rank: int) -> list[str]:
+            return [str(job_path)] + (["--result", str(result_path)] if rank == 0 else [])
 
         launch_ranks(
-            command,
+            "ffjobs.train.worker",
+            args,
             nproc,
             log_dir if log_dir is not None else Path(tmp) / "logs",
+            preload=RANK_IMPORTS,
             console=sys.stderr if quiet_stdout else sys.stdout,
         )
         return json.loads(result_path.read_text()) if result_path.exists() else {}

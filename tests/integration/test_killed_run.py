@@ -120,8 +120,10 @@ def start_paused(workdir: Path, key: str) -> tuple[subprocess.Popen, str, Path]:
     checkpoint = workdir / "runs" / "checkpoints" / key / manifest_name(2)
     wait_until(checkpoint.exists, 60, "the writer process wrote step 2")
     processes = marked(marker).values()
-    # the command, two ranks and a loader worker each (forks of the rank), the writer process
-    assert sum("ffjobs.train.worker" in p for p in processes) == 4, processes
+    # the command; the ranks' parent (``-m ffjobs.forked_ranks ffjobs.train.worker``), two
+    # ranks and a loader worker each (forks of that parent, so under its command line); the
+    # writer process
+    assert sum("ffjobs.forked_ranks ffjobs.train.worker" in p for p in processes) == 5, processes
     assert any("spawn_main" in p for p in processes), processes
     return command, marker, go
 
