@@ -141,6 +141,7 @@ def main() -> int:
     forked rank, returns into the interpreter's own exit once the entry has run."""
     spec = json.loads(sys.stdin.buffer.readline())
     die_with_parent(spec["launcher"])
+    gc.disable()  # imports make objects that live on, not garbage: no collection to run
     for name in spec["preload"]:
         importlib.import_module(name)
     if select.select([0], [], [], 0)[0] and not os.read(0, 4096):
@@ -156,6 +157,7 @@ def main() -> int:
     # the imported modules' objects live as long as the ranks: out of the collector's sight, a
     # rank's collections neither walk them nor copy the pages they sit on
     gc.freeze()
+    gc.enable()
     # a stop signal that comes while the ranks are forked waits until all exist, then reaches
     # them all
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS)
