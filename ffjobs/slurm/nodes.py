@@ -1,4 +1,5 @@
-"""SLURM node names: expand a compressed node list, find the address a node answers on.
+"""SLURM node names: expand a compressed node list, find the address a node answers on, and the
+port a job's ranks meet on.
 
 One parser for every node list ffjobs reads (``SLURM_JOB_NODELIST``, ``sacct``'s ``NodeList``),
 pure Python so it works off the cluster and in tests, with the forms ``scontrol show hostnames``
@@ -11,6 +12,12 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+
+RENDEZVOUS_PORTS = (20000, 32768)
+"""Where a job's rendezvous port comes from: below Linux's default ephemeral range
+(``net.ipv4.ip_local_port_range``, 32768-60999), from which the kernel hands out the local ports
+of outgoing connections, srun's own among them: a job that listened on a port derived from its
+id in that range failed when srun had just taken the same port on its first node."""
 
 # one bracket group of a name: ``[01-03,7]``
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
@@ -112,3 +119,12 @@ def node_address(node: str) -> str:
         if field.startswith("NodeAddr="):
             return field.split("=", 1)[1]
     return node
+
+
+def job_port(job_id: str | int) -> int:
+    """The port job ``job_id``'s ranks meet on at its first node: the same on every node
+    without talking, different for jobs whose ids differ by less than the range's width
+    (array tasks, ``123_4``, count by all their digits), never an ephemeral port."""
+    low, high = RENDEZVOUS_PORTS
+    digits = re.sub(r"\D", "", str(job_id))[-9:] or "0"
+    return low + int(digits) % (high - low)

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from ffjobs.config.backend import choose_backend
 from ffjobs.errors import UserError
-from ffjobs.slurm.nodes import NodeListError, first_node, node_address
+from ffjobs.slurm.nodes import NodeListError, first_node, job_port, node_address
 
 DEFAULT_PORT = 29500
 
@@ -82,14 +82,13 @@ def detect_env(environ: Mapping[str, str] | None = None) -> DistEnv:
             source="torchrun",
         )
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        job_id = int(env.get("SLURM_JOB_ID", "0"))
         return DistEnv(
             rank=int(env["SLURM_PROCID"]),
             world_size=int(env["SLURM_NTASKS"]),
             local_rank=int(env.get("SLURM_LOCALID", "0")),
             master_addr=_slurm_master_addr(env),
             # a job-specific port, so two jobs sharing a first node do not collide
-            master_port=int(env.get("MASTER_PORT", 20000 + job_id % 20000)),
+            master_port=int(env.get("MASTER_PORT", job_port(env.get("SLURM_JOB_ID", "0")))),
             source="slurm",
         )
     return DistEnv(0, 1, 0, "127.0.0.1", DEFAULT_PORT, "single")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import sys
 import time
@@ -66,7 +65,7 @@ class TrainingTask:
     def __call__(self, job: TrainJob) -> dict[str, Any]:
         import submitit
 
-        from ffjobs.slurm.nodes import node_address
+        from ffjobs.slurm.nodes import job_port, node_address
         from ffjobs.train.worker import run_rank
 
         here = submitit.JobEnvironment()
@@ -75,6 +74,7 @@ class TrainingTask:
         # with the stop request, and rank 0 gives it back once every rank has checkpointed
         # ahead of a pre-emption or the time limit (never after a cancel: SIGTERM)
         requeue = signal.getsignal(signal.SIGUSR2)
+        os.environ["MASTER_PORT"] = str(job_port(here.job_id))  # not submitit's: see job_port
         env = submitit.helpers.TorchDistributedEnvironment().export(
             set_cuda_visible_devices=False, overwrite=True
         )
@@ -114,7 +114,7 @@ class TrainingAgent:
         import submitit
         from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-        from ffjobs.slurm.nodes import node_address
+        from ffjobs.slurm.nodes import job_port, node_address
 
         env = submitit.JobEnvironment()
         folder = Path(env.paths.folder)
@@ -126,7 +126,7 @@ class TrainingAgent:
         # restarted groups need a rendezvous store of their own (pytorch/pytorch#135712)
         os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
         master = node_address(env.hostnames[0])
-        port = 20000 + int(re.sub(r"\D", "", env.job_id)[-6:] or 0) % 20000 + 1
+        port = job_port(env.job_id)
         config = LaunchConfig(
             min_nodes=env.num_nodes,
             max_nodes=env.num_nodes,

@@ -93,3 +93,17 @@ def _unresolvable(name):
 
 def _fail_if_called(*args, **kwargs):
     raise AssertionError("scontrol must not run for a resolvable name")
+
+
+@pytest.mark.parametrize("job_id", ["0", "19699", "39699", "123456789", "4711_3", "987654321012"])
+def test_a_jobs_rendezvous_port_is_never_one_the_kernel_hands_out(job_id):
+    # srun took 39700 for its own connection on the first node of the job that meant to listen
+    # there; Linux hands out local ports from 32768 up by default
+    low, high = nodes.RENDEZVOUS_PORTS
+    assert low <= nodes.job_port(job_id) < high <= 32768
+    assert nodes.job_port(job_id) == nodes.job_port(job_id)  # every node derives the same one
+
+
+def test_jobs_next_to_each_other_meet_on_different_ports():
+    ports = {nodes.job_port(job) for job in range(1000, 1100)} | {nodes.job_port("1000_1")}
+    assert len(ports) == 101
