@@ -5,9 +5,11 @@ to two CPU-seconds, Dynamo another second. Started one interpreter each, N ranks
 times over. Here the launcher (:mod:`ffjobs.local_ranks`) starts one parent process,
 ``python -m ffjobs.forked_ranks ENTRY``, which imports the modules the caller names, then
 forks the ranks; each rank runs ``ENTRY`` as ``python -m ENTRY ARGS...`` would, with its own
-environment, arguments and output. A rank differs from one started by
-exec in one way only: the modules were imported under the environment the ranks share
-(anything that differs between them, ``RANK`` and ``LOCAL_RANK``, is set after the fork).
+environment, arguments and output. A rank differs from one started by exec in what was fixed
+before the fork: the modules were imported under the environment the ranks share (what differs
+between them, ``RANK`` and ``LOCAL_RANK``, is set after it), and ``ps`` and
+``/proc/PID/environ`` show the parent's command line and environment, not the rank's (its log,
+``rank-N.log``, and the launcher's messages name it).
 
 The parent is small and single-minded. It reports on its status pipe when each rank starts
 (``started RANK PID``) and ends (``ended RANK CODE``, the code as

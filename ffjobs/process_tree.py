@@ -10,9 +10,9 @@ and multiprocessing's resource tracker, for good. Here:
   at once). The kernel sends it when the parent *thread* that started the child ends, so
   only children of a thread that outlives them ask: the parent of a launch's ranks (the
   launcher's thread waits for it) and the ranks (forks of that parent's one thread,
-  :mod:`ffjobs.forked_ranks`), the DataLoader workers and the asynchronous checkpoint writer (started by the rank's
-  training thread) and the data workers of :mod:`ffjobs.data.worker_process` (started by the
-  thread that uses them).
+  :mod:`ffjobs.forked_ranks`), the DataLoader workers and the asynchronous checkpoint writer
+  (started by the rank's training thread) and the data workers of
+  :mod:`ffjobs.data.worker_process` (started by the thread that uses them).
 * **A watchdog in each rank** (:func:`follow_launcher`): a thread that looks every
   :data:`WATCH_S` whether the launching command (its pid and start time, which the launcher
   puts in :data:`LAUNCHER_VAR`) is still there, and kills the rank if not. It reaches what the

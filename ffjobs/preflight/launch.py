@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import time
 from pathlib import Path
 
 from ffjobs.errors import UserError
 from ffjobs.local_ranks import LaunchFailed, launch_ranks
-from ffjobs.slurm.nodes import job_port, node_address
+from ffjobs.slurm.nodes import export_task_rendezvous
 
 RANK_LOG_DIR = "logs"
 SLURM_JOB_FILE = "slurm-job.json"
@@ -50,11 +49,7 @@ def launch_local(run_dir: Path, nproc: int, timeout_s: float) -> str | None:
 
 def _slurm_rank_entry(run_dir: str) -> int:
     """What each SLURM task runs: rank environment from submitit, then one preflight rank."""
-    from submitit.helpers import JobEnvironment, TorchDistributedEnvironment
-
-    os.environ["MASTER_PORT"] = str(job_port(JobEnvironment().job_id))  # not submitit's
-    dist_env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
-    os.environ["MASTER_ADDR"] = node_address(dist_env.master_addr)
+    export_task_rendezvous()
     from ffjobs.preflight.worker import run_rank
 
     return run_rank(run_dir)

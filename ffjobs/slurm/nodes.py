@@ -1,5 +1,5 @@
 """SLURM node names: expand a compressed node list, find the address a node answers on, and the
-port a job's ranks meet on.
+port a job's ranks meet on (with :func:`export_task_rendezvous`, what a submitit task sets).
 
 One parser for every node list ffjobs reads (``SLURM_JOB_NODELIST``, ``sacct``'s ``NodeList``),
 pure Python so it works off the cluster and in tests, with the forms ``scontrol show hostnames``
@@ -9,9 +9,11 @@ bracket groups in one name and text after a bracket (``rack[1-2]-gpu[07-08]-ib``
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
+from typing import Any
 
 RENDEZVOUS_PORTS = (20000, 32768)
 """Where a job's rendezvous port comes from: below Linux's default ephemeral range
@@ -128,3 +130,16 @@ def job_port(job_id: str | int) -> int:
     low, high = RENDEZVOUS_PORTS
     digits = re.sub(r"\D", "", str(job_id))[-9:] or "0"
     return low + int(digits) % (high - low)
+
+
+def export_task_rendezvous() -> Any:
+    """In a task of a submitit job: export torch's rank variables (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) with the job's own :func:`job_port`
+    (submitit's is random in 20000-60000, the ephemeral range included) and the address the
+    first node answers on; returns submitit's ``TorchDistributedEnvironment``."""
+    from submitit.helpers import JobEnvironment, TorchDistributedEnvironment
+
+    os.environ["MASTER_PORT"] = str(job_port(JobEnvironment().job_id))  # submitit keeps it
+    env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+    os.environ["MASTER_ADDR"] = node_address(env.master_addr)
+    return env

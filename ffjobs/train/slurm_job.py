@@ -65,7 +65,7 @@ class TrainingTask:
     def __call__(self, job: TrainJob) -> dict[str, Any]:
         import submitit
 
-        from ffjobs.slurm.nodes import job_port, node_address
+        from ffjobs.slurm.nodes import export_task_rendezvous
         from ffjobs.train.worker import run_rank
 
         here = submitit.JobEnvironment()
@@ -74,11 +74,7 @@ class TrainingTask:
         # with the stop request, and rank 0 gives it back once every rank has checkpointed
         # ahead of a pre-emption or the time limit (never after a cancel: SIGTERM)
         requeue = signal.getsignal(signal.SIGUSR2)
-        os.environ["MASTER_PORT"] = str(job_port(here.job_id))  # not submitit's: see job_port
-        env = submitit.helpers.TorchDistributedEnvironment().export(
-            set_cuda_visible_devices=False, overwrite=True
-        )
-        os.environ["MASTER_ADDR"] = node_address(env.master_addr)
+        env = export_task_rendezvous()
         try:
             result = run_rank(job)
         except Exception as exc:  # word for the supervisor, in case SLURM cannot end the job
