@@ -48,8 +48,8 @@ def evaluate_outcome(step: int, *, champion: dict | None = None) -> StageOutcome
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory: pytest.TempPathFactory, mlflow_server) -> TrainedRun:
-    """A real run: validate and train (identity loss only, on 4 identities, so that a few CPU
-    steps already move the output's identity to the source's), then a recorded evaluation."""
+    """A real run: validate and train (identity loss only, on 4 identities: a few CPU steps),
+    then a recorded evaluation."""
     from ffjobs.data.synth import generate_dataset
 
     root = tmp_path_factory.mktemp("registry")
