@@ -71,3 +71,25 @@ def test_the_checkpoint_package_names_resolve_on_first_use():
     for name in package.__all__:
         assert getattr(package, name).__name__ == name
     assert set(package.__all__) == set(package._HOMES)
+
+
+def test_importing_ffjobs_makes_full_collections_rarer_and_keeps_a_higher_setting():
+    probe = textwrap.dedent(
+        """
+        import gc, sys
+        gc.set_threshold(700, 10, int(sys.argv[1]))
+        import ffjobs
+        print(*gc.get_threshold())
+        """
+    )
+    found = [
+        subprocess.run(
+            [sys.executable, "-c", probe, full],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=True,
+        ).stdout.split()
+        for full in ("10", "500")
+    ]
+    assert found == [["700", "10", "100"], ["700", "10", "500"]]
