@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +35,10 @@ END_GRACE_S = 2.0
 as lost (SIGTERM first: the ranks exit within a second, ``ffjobs.train.stop``)."""
 END_WAIT_S = 10.0
 """At most this long after the cancel, the attempt ends whichever nodes have confirmed."""
+FIRST_POLL_S = 2.0
+"""The shortest wait between two polls of a job that is running quietly: a job watched for
+``10 * poll_s`` or longer is polled every ``poll_s``, a younger one more often (down to this),
+so that the end of a short job (a preflight, a failure at start-up) is seen within seconds."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ class EndWatch:
     """
 
     cancelled_at: float | None = None
+    started: float = field(default_factory=time.monotonic)
+    """When the watch began (monotonic)."""
 
     @property
     def cancelled(self) -> bool:
@@ -90,8 +96,13 @@ class EndWatch:
         return "wait"
 
     def interval(self, poll_s: float, reports: list[dict[str, Any]]) -> float:
-        """Seconds to the next poll: short once something is happening."""
-        return 0.5 if self.cancelled or reports else poll_s
+        """Seconds to the next poll: short once something is happening; while the job runs
+        quietly, a tenth of how long it has been watched, between :data:`FIRST_POLL_S` and
+        ``poll_s``."""
+        if self.cancelled or reports:
+            return 0.5
+        watched = time.monotonic() - self.started
+        return min(poll_s, max(FIRST_POLL_S, watched / 10))
 
 
 def _path(folder: Path, job_id: str, task: int, restart: int) -> Path:

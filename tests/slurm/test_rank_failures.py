@@ -77,3 +77,16 @@ def test_a_cancelled_job_whose_ranks_both_timed_out_suspects_the_node_that_never
     assert failure.kind is FailureKind.COMMUNICATOR and failure.retryable
     assert failure.suspect_nodes == ("node2",)
     assert "suspect node2;" in failure.summary and "none identified" not in failure.summary
+
+
+def test_a_quiet_job_is_polled_often_while_young_then_every_poll_s():
+    watch = rank_failures.EndWatch(started=1000.0)
+    first = rank_failures.FIRST_POLL_S
+    at = {}
+    for watched in (0, 30, 75, 100, 3600):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(rank_failures.time, "monotonic", lambda w=watched: 1000.0 + w)
+            at[watched] = watch.interval(10.0, [])
+            assert watch.interval(1.0, []) == 1.0  # never longer than asked
+            assert watch.interval(10.0, [{"task": 0}]) == 0.5  # a rank reported a failure
+    assert at == {0: first, 30: max(first, 3.0), 75: 7.5, 100: 10.0, 3600: 10.0}
