@@ -174,7 +174,7 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
             dataset,
             checkpoint_dir=job.checkpoint_dir,
             logger=logger,
-            flops_per_image=flops_per_image(config),
+            flops_per_image=flops_per_image(config) if env.rank == 0 else None,  # rank 0 reports
             signing_key=signing_key,
             probe=TrainingProbe(config, device, job.quarantine) if measured else None,
         )
