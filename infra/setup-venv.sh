@@ -13,9 +13,17 @@ torchvision_pin=${FFJOBS_TORCHVISION:-torchvision==0.29.1}
 import sys; sys.exit(sys.version_info < (3, 11))
 PY
 
+# ffjobs' own modules as bytecode, made now: pip compiles what it installs, not an editable
+# source tree, and with PYTHONDONTWRITEBYTECODE set every process (ranks, tasks, jobs) would
+# compile them again at each start. Only what changed is compiled on a later call.
+compile_sources() {
+  "$venv/bin/python" -m compileall -q -j 0 ffjobs dags >/dev/null
+}
+
 stamp="$venv/.ffjobs-installed"
 want="$(cat pyproject.toml infra/setup-venv.sh | sha256sum | cut -c1-16)"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  compile_sources
   exit 0
 fi
 
@@ -26,3 +34,4 @@ echo "ffjobs: setting up $venv (torch, Airflow, MLflow, submitit; a few minutes 
 "$venv/bin/python" -m pip install -q "$torch_pin" "$torchvision_pin"
 "$venv/bin/python" -m pip install -q -e ".[dev]" "$torch_pin" "$torchvision_pin"
 echo "$want" > "$stamp"
+compile_sources
