@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -64,7 +63,7 @@ def test_swap_writes_a_face_with_the_source_identity(trained, tmp_path):
     # CPU), so the test checks what the command computes; learning has its own tests
     # (tests/train/test_learning.py, tests/evaluate/)
     model = load_face_swap(config.tracking, "models:/swap-model/1")
-    written = torch.from_numpy(np.asarray(Image.open(out).convert("RGB"))).permute(2, 0, 1)
+    written = to_uint8(read_face(out, 64))[0]  # the file's own bytes: 64 px, not resized
     source_face, target_face = read_face(wide, 64), read_face(target, 64)
     with torch.no_grad():
         fused = to_uint8(model(source_face, target_face))[0]
