@@ -57,7 +57,7 @@ def tiny_identity_weights() -> str:
         from ffjobs.models.identity_pretrain import train_identity_encoder
 
         model = load_config("local", TINY_MODEL).model
-        with tempfile.TemporaryDirectory() as tmp, every_core():
+        with tempfile.TemporaryDirectory() as tmp:
             data = generate_dataset(Path(tmp) / "faces", identities=24, per_identity=8, size=64)
             train_identity_encoder(model, data, path)
 
@@ -97,27 +97,11 @@ def _local_encoders() -> list[Path]:
     if not all(path.exists() for path in made):
         allow_more_time(2 * PRETRAIN_S)
         folder.mkdir(exist_ok=True)
-        # where the preset's relative paths point, on every core as a demo's own process runs
-        with contextlib.chdir(folder), every_core():
+        with contextlib.chdir(folder):  # where the preset's relative paths point
             config = load_config("local")
             ensure_demo_inputs(config)
             ensure_evaluation_encoder(config)
     return made
-
-
-@contextlib.contextmanager
-def every_core() -> Iterator[None]:
-    """torch's intra-op threads on every core this process may use, for the block: what a
-    command started by hand gets (a test worker's own share is one thread each,
-    tests/conftest.py). Work made once per test run and waited for by other tests goes faster,
-    using what the other worker leaves idle; its float results follow the thread count, as a
-    demo's own do."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 PRETRAIN_S = 900
