@@ -77,6 +77,10 @@ def airflow_env(
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         # a DAG run here runs one task at a time; 32 idle worker processes cost memory
         "AIRFLOW__CORE__PARALLELISM": "4",
+        # the LocalExecutor's workers forked from a process that imported what tasks import:
+        # each task, a fork of a worker, inherits it (ffjobs.airflow.task_imports)
+        "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
+        "AIRFLOW__SCHEDULER__MP_FORKSERVER_PRELOAD": "ffjobs.airflow.task_imports",
         "AIRFLOW__CORE__AUTH_MANAGER": SIMPLE_AUTH_MANAGER,
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file(home)),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fault drills on one node's link to the bridge:
-#   link.sh cut NODE | restore NODE          take the link down / up (both directions)
+#   link.sh cut NODE | restore NODE          take the link down / up (both directions); restore
+#                                            also returns a node SLURM marked not responding
 #   link.sh throttle RATE NODE | unthrottle NODE   tbf at RATE (e.g. 8mbit) both ways / remove it
 #   link.sh show NODE                        link state and queueing discipline
 set -euo pipefail
@@ -38,6 +39,16 @@ unthrottle() {  # unthrottle NODE: idempotent
   fi
 }
 
+# A node SLURM lost touch with while its link was down is DOWN ("Not responding"), and SLURM
+# asks a DOWN node to register again only every few minutes: with the link back, return it to
+# service now, as an operator would. A node down for any other reason is left as it is.
+return_to_service() {  # return_to_service NODE
+  local state
+  state=$(SLURM_CONF=$SLURM_CONF sinfo -h -n "$1" -o '%t|%E' 2>/dev/null) || return 0
+  [[ $state == down*'|Not responding' ]] || return 0
+  SLURM_CONF=$SLURM_CONF scontrol update NodeName="$1" State=RESUME >/dev/null 2>&1 || true
+}
+
 [[ $(id -u) -eq 0 ]] || die "changing links needs root"
 action=${1:-}
 case $action in
@@ -50,7 +61,7 @@ ip link show "$(host_veth_of "$node")" >/dev/null 2>&1 \
   || die "$node has no link $(host_veth_of "$node"); start the stack (up.sh)"
 case $action in
   cut) ip link set "$(host_veth_of "$node")" down ;;
-  restore) ip link set "$(host_veth_of "$node")" up ;;
+  restore) ip link set "$(host_veth_of "$node")" up; return_to_service "$node" ;;
   throttle) throttle "$2" "$node" ;;
   unthrottle) unthrottle "$node" ;;
   show)

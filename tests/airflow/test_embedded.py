@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from ffjobs.airflow.embedded import COMPONENTS, USERNAME, EmbeddedAirflow
+from ffjobs.airflow.embedded import COMPONENTS, USERNAME, EmbeddedAirflow, airflow_env
 from ffjobs.errors import UserError
 from ffjobs.process_tree import is_running
 
@@ -81,6 +82,25 @@ def test_up_starts_every_component_on_loopback_with_private_secrets(airflow):
         pid = json.loads(airflow.pid_file(component).read_text())["pid"]
         assert os.getpgid(pid) == pid
     assert airflow.client().token == "token"  # the kept password logs in
+
+
+def test_task_processes_inherit_what_they_import_from_the_schedulers_forkserver(tmp_path):
+    """Python's forkserver skips a preload module that fails to import without a word: one that
+    no longer imports would only make every task slower."""
+    env = airflow_env(
+        tmp_path, port=1, worker_log_port=2, trigger_log_port=3, secret_key="k", jwt_secret="j"
+    )
+    assert env["AIRFLOW__SCHEDULER__MP_START_METHOD"] == "forkserver"
+    preload = env["AIRFLOW__SCHEDULER__MP_FORKSERVER_PRELOAD"]
+    probe = (
+        "import gc, importlib, sys\n"
+        "importlib.import_module(sys.argv[1])\n"
+        "heavy = ('torch', 'mlflow.store.tracking.sqlalchemy_store', 'ffjobs.train.stage')\n"
+        "assert all(name in sys.modules for name in heavy), heavy\n"
+        "assert gc.get_freeze_count() > 100_000, gc.get_freeze_count()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, preload], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_a_second_up_reuses_what_runs_and_down_stops_it_all(airflow):

@@ -17,6 +17,7 @@ import torch
 from train.helpers import TINY_MODEL, final_weights  # tests/ is on sys.path (rootdir conftest)
 
 from ffjobs.slurm.drills import cut_link, job_nodes, throttled_link, wait_for_step
+from ffjobs.train.slurm_job import unresponsive_nodes
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS, CHECKPOINT_EVERY = 8, 2
@@ -349,6 +350,12 @@ def test_cut_link_names_the_node_and_the_retry_runs_without_it(tmp_path, env, st
     victim = job_nodes(job_id)[1]
     with cut_link(victim):
         code, outcome, attempts = finish(proc)
+    # restored, the node is back in service at once, marked down meanwhile or not (SLURM alone
+    # asks a down node to register only every few minutes: the next test would wait for it)
+    deadline = time.monotonic() + 30
+    while unresponsive_nodes([victim]):
+        assert time.monotonic() < deadline, f"{victim} still out of service after its restore"
+        time.sleep(0.5)
     assert code == 0, (outcome, attempts)
     last = attempts[-1]
     assert victim not in last["nodes"] and last["kind"] is None
