@@ -9,7 +9,9 @@ manager's user ``admin`` and a generated password; 0600). The components (``api-
 process group, with the LocalExecutor, this package's ``dags/`` and the api-server bound to
 127.0.0.1. They run from the working folder, where ``configs/`` and the DAG's ``runs/`` resolve.
 
-:meth:`EmbeddedAirflow.up` reuses components that are running and healthy; :meth:`down` stops
+:meth:`EmbeddedAirflow.up` reuses components that are running and healthy (and restarts them
+when ffjobs' source changed since they started: the tasks run what the scheduler loaded,
+:mod:`ffjobs.airflow.task_imports`); :meth:`down` stops
 exactly the processes its pid files name (each one checked by its start time, so a pid the
 system gave to another process since is left alone), their whole process groups.
 
@@ -35,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ffjobs.airflow.loaded_code import source_digest
 from ffjobs.errors import UserError
 from ffjobs.private_files import make_private_dir, write_private_text
 from ffjobs.process_tree import is_running, process_start_time
@@ -202,6 +205,10 @@ class EmbeddedAirflow:
         until the api-server is healthy and the DAG parsed, and unpause the DAG."""
         settings = self.settings()
         running = self.running()
+        if running and self._code_changed():
+            self.echo("ffjobs changed since the embedded Airflow started: restarting it")
+            self.down()
+            running = {}
         if settings and len(running) == len(COMPONENTS) and self._healthy(settings):
             if port not in (None, settings.port):
                 raise UserError(
@@ -264,6 +271,7 @@ class EmbeddedAirflow:
 
     def _start(self, settings: Settings) -> None:
         env = self.env(settings)
+        code = source_digest()
         self.echo(f"starting Airflow in {self.home} (logs there)")
         migrate = subprocess.run(
             [self.airflow, "db", "migrate"],
@@ -290,7 +298,11 @@ class EmbeddedAirflow:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # its own process group: down() ends its children
                 )
-            record = {"pid": process.pid, "start_time": process_start_time(process.pid)}
+            record = {
+                "pid": process.pid,
+                "start_time": process_start_time(process.pid),
+                "code": code,  # the ffjobs its tasks inherit (ffjobs.airflow.task_imports)
+            }
             write_private_text(self.pid_file(component), json.dumps(record))
         deadline = time.monotonic() + self.start_timeout_s
         self._wait("the api-server to answer", deadline, lambda: self._healthy(settings))
@@ -301,6 +313,11 @@ class EmbeddedAirflow:
         if status != 200:
             raise UserError(f"could not unpause {DAG_ID}: HTTP {status} {body}")
         self.echo(f"Airflow running at {settings.url}")
+
+    def _code_changed(self) -> bool:
+        """The scheduler hands its tasks the ffjobs it loaded when it started: another now?"""
+        recorded = self._recorded("scheduler") or {}
+        return recorded.get("code") != source_digest()
 
     def _wait(self, what: str, deadline: float, ready: Callable[[], bool]) -> None:
         while not ready():

@@ -31,6 +31,7 @@ from typing import Any
 from airflow.sdk import get_current_context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from ffjobs.airflow.loaded_code import stale_code
 from ffjobs.airflow.run_note import NOTE_KEY
 from ffjobs.airflow.trigger_conf import check_trigger_conf
 from ffjobs.config import Config, load_config
@@ -74,6 +75,7 @@ def note(line: str) -> None:
 def config_from_params(params: Mapping[str, Any]) -> Config:
     """Load ``params["config"]`` (a preset name or YAML path) with the Params' overrides; with
     ``params["resume"]``, the config that run was started with plus the overrides."""
+    _refuse_stale_code()
     try:
         # the api-server refused a bad conf already; a run triggered another way stops here
         preset, overrides = check_trigger_conf(params)
@@ -192,9 +194,17 @@ def register(state: Mapping[str, Any]) -> dict[str, Any]:
 def attach(state: Mapping[str, Any]) -> Run:
     """The run a later task holds, by the run directory in ``state`` (the upstream XCom); its
     secrets are masked in the task's log from now on."""
+    _refuse_stale_code()
     run = attach_run(state["run_dir"], echo=log.info)  # remembers its config's secrets
     _mask_in_task_log()
     return run
+
+
+def _refuse_stale_code() -> None:
+    """Retryable: a try after the scheduler's restart runs the code on disk."""
+    stale = stale_code()
+    if stale:
+        raise AirflowException(stale)
 
 
 def _mask_in_task_log() -> None:

@@ -122,6 +122,22 @@ def test_a_second_up_reuses_what_runs_and_down_stops_it_all(airflow):
     assert airflow.down() == []  # nothing running: nothing to do, no error
 
 
+def test_an_up_after_ffjobs_changed_starts_everything_again(airflow, monkeypatch):
+    """The tasks run the ffjobs the scheduler loaded when it started: new source, new Airflow."""
+    import ffjobs.airflow.embedded as embedded
+
+    settings = airflow.up()
+    first = airflow.running()
+    monkeypatch.setattr(embedded, "source_digest", lambda: "changed since")
+    again = airflow.up()
+    assert "ffjobs changed since the embedded Airflow started: restarting it" in airflow.lines
+    assert again.port == settings.port and airflow.running() != first
+    assert not any(is_running(pid) for pid in first.values())
+    assert len(calls(airflow)) == 2 * (1 + len(COMPONENTS))  # migrated and started again
+    airflow.up()  # the same source as at that start: reused
+    assert "reused" in airflow.lines[-1]
+
+
 def test_up_after_down_keeps_port_password_and_secrets(airflow):
     settings = airflow.up()
     password = airflow.password()
