@@ -54,6 +54,8 @@ START_TIMEOUT_S = 300.0
 # Each component's own shutdown (the scheduler's waits for its task processes) gets this long
 # after SIGTERM before its process group is killed.
 STOP_GRACE_S = 30.0
+KILL_WAIT_S = 10.0
+"""How long :meth:`EmbeddedAirflow.down` waits for what it SIGKILLed to be gone."""
 SIMPLE_AUTH_MANAGER = (
     "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 )
@@ -227,22 +229,31 @@ class EmbeddedAirflow:
     def down(self) -> list[str]:
         """Stop the components this home started and every process below them (a task runs in
         a process group of its own): SIGTERM to the components' groups and to each process
-        below them, SIGKILL after :data:`STOP_GRACE_S` to whatever of them is left. Returns the components stopped; none
-        running is no error."""
+        below them, SIGKILL after :data:`STOP_GRACE_S` to whatever of them is left; it returns
+        once all of it is gone (at most :data:`KILL_WAIT_S` more). Returns the components
+        stopped; none running is no error."""
         running = self.running()
         below = descendants(running.values())  # before they go: their parents are the map
         for pid in running.values():
             _signal_group(pid, signal.SIGTERM)
         _signal_each(below, signal.SIGTERM)  # a task's own group: its supervisor may not pass it on
+
+        def left() -> bool:
+            return any(group_members(pid) for pid in running.values()) or any(
+                is_running(pid, start) for pid, start in below.items()
+            )
+
         deadline = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < deadline and (
-            any(group_members(pid) for pid in running.values())
-            or any(is_running(pid, start) for pid, start in below.items())
-        ):
+        while time.monotonic() < deadline and left():
             time.sleep(0.2)
         for pid in running.values():
             _signal_group(pid, signal.SIGKILL)
         _signal_each(below, signal.SIGKILL)
+        # a killed process is gone only once the kernel has taken its memory back (a task
+        # worker holds torch's): return when nothing stopped here runs any more
+        deadline = time.monotonic() + KILL_WAIT_S
+        while time.monotonic() < deadline and left():
+            time.sleep(0.05)
         for component in COMPONENTS:
             with contextlib.suppress(FileNotFoundError):
                 self.pid_file(component).unlink()

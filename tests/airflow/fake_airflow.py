@@ -62,7 +62,12 @@ def main() -> None:
         return
     if sys.argv[1:] == ["api-server"]:
         HTTPServer(("127.0.0.1", int(os.environ["AIRFLOW__API__PORT"])), Api).serve_forever()
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    # a task's process, or with FAKE_AIRFLOW_STUBBORN one that ignores SIGTERM (a supervisor
+    # that passes the signal on to its task and waits for it)
+    ignore = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " * bool(
+        os.environ.get("FAKE_AIRFLOW_STUBBORN")
+    )
+    child = subprocess.Popen([sys.executable, "-c", ignore + "import time; time.sleep(3600)"])
     (HOME / f"{sys.argv[1]}.child").write_text(str(child.pid))
     time.sleep(3600)
 

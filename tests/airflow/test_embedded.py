@@ -138,6 +138,18 @@ def test_an_up_after_ffjobs_changed_starts_everything_again(airflow, monkeypatch
     assert "reused" in airflow.lines[-1]
 
 
+def test_down_kills_what_ignores_sigterm_and_returns_when_it_is_gone(airflow, monkeypatch):
+    import ffjobs.airflow.embedded as embedded
+
+    monkeypatch.setenv("FAKE_AIRFLOW_STUBBORN", "1")
+    monkeypatch.setattr(embedded, "STOP_GRACE_S", 1.0)
+    airflow.up()
+    wait_for(lambda: all((airflow.home / f"{c}.child").exists() for c in COMPONENTS[1:]))
+    below = children(airflow)
+    assert sorted(airflow.down()) == sorted(COMPONENTS)
+    assert not any(is_running(pid) for pid in below)  # at once: no grace for the kernel
+
+
 def test_up_after_down_keeps_port_password_and_secrets(airflow):
     settings = airflow.up()
     password = airflow.password()
