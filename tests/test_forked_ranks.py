@@ -26,7 +26,8 @@ RANK = """
 import atexit, json, os, signal, sys, time
 
 def record():
-    with open(os.path.join(os.environ["OUT"], f"rank-{os.environ['RANK']}.json"), "w") as out:
+    path = os.path.join(os.environ["OUT"], f"rank-{os.environ['RANK']}.json")
+    with open(path + ".part", "w") as out:
         json.dump({
             "pid": os.getpid(),
             "ppid": os.getppid(),
@@ -36,11 +37,18 @@ def record():
             "shared": "shared_module" in sys.modules,
             "name": __name__,
         }, out)
+    os.replace(path + ".part", path)
+
+def rank_0_recorded():  # a rank that ends early waits: the test checks rank 0 was stopped
+    while not os.path.exists(os.path.join(os.environ["OUT"], "rank-0.json")):
+        time.sleep(0.01)
 
 if __name__ == "__main__":
     record()
     print(f"rank {os.environ['RANK']} says hello")
     what = sys.argv[1]
+    if what in ("fail", "die", "raise"):
+        rank_0_recorded()
     if what == "exit-at-exit":
         atexit.register(lambda: open(os.path.join(os.environ["OUT"], "atexit-" + os.environ["RANK"]), "w").close())
         sys.exit(0)

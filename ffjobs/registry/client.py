@@ -29,6 +29,28 @@ def is_not_found(exc: Exception) -> bool:
     return getattr(exc, "error_code", None) == "RESOURCE_DOES_NOT_EXIST"
 
 
+def is_already_there(exc: Exception) -> bool:
+    """Whether an MLflow error says what was to be created exists already."""
+    return getattr(exc, "error_code", None) == "RESOURCE_ALREADY_EXISTS"
+
+
+def set_alias(client: Any, name: str, alias: str, version: str) -> None:
+    """Point ``alias`` of ``name`` at ``version``, also while another process sets it.
+
+    MLflow's SQL store sets an alias by reading its row, then inserting or updating it. Two
+    registrations of one model that both read "unset" both insert, and the later insert fails
+    on the alias table's key (SQLite: "UNIQUE constraint failed"). The row is there by then, so
+    setting it again updates it: once, and only when the alias now exists."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.set_registered_model_alias(name, alias, version)
+    except MlflowException:
+        if alias not in (client.get_registered_model(name).aliases or {}):
+            raise  # not that race: nobody set it meanwhile
+        client.set_registered_model_alias(name, alias, version)
+
+
 def registered_model(client: Any, name: str) -> Any:
     """The registered model ``name``; a UserError naming it (and the known ones) if missing."""
     from mlflow.exceptions import MlflowException

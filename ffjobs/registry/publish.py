@@ -115,19 +115,9 @@ def register_version(
     card as description and its tags in the one request that creates it, then made the
     ``challenger`` by :func:`complete_registration`. Every text goes through
     :func:`~ffjobs.tracking.redact.redact_text` on its way to the registry."""
-    from mlflow.exceptions import MlflowException
-
-    from ffjobs.registry.client import is_not_found
     from ffjobs.tracking.redact import redact_text
 
-    try:
-        client.get_registered_model(name)
-    except MlflowException as exc:
-        if not is_not_found(exc):
-            raise
-        client.create_registered_model(
-            name, description="Face-swap models of ffjobs runs: (source, target) -> fused face."
-        )
+    ensure_registered_model(client, name)
     # the SQL registry store looks the logged model up through MLflow's global tracking URI
     with (
         fluent_tracking(tracking.tracking_uri),
@@ -147,6 +137,28 @@ def register_version(
     mark_registered(client, model_info.model_id, name, str(version.version))
     complete_registration(client, name, str(version.version))
     return version
+
+
+def ensure_registered_model(client: Any, name: str) -> None:
+    """The registered model ``name``, created if missing, also when another run's registration
+    creates it at the same moment."""
+    from mlflow.exceptions import MlflowException
+
+    from ffjobs.registry.client import is_already_there, is_not_found
+
+    try:
+        client.get_registered_model(name)
+        return
+    except MlflowException as exc:
+        if not is_not_found(exc):
+            raise
+    try:
+        client.create_registered_model(
+            name, description="Face-swap models of ffjobs runs: (source, target) -> fused face."
+        )
+    except MlflowException as exc:
+        if not is_already_there(exc):
+            raise
 
 
 MODEL_VERSIONS_TAG = "mlflow.modelVersions"
@@ -179,11 +191,11 @@ def complete_registration(client: Any, name: str, version: str) -> None:
     :data:`REGISTRATION_TAG` saying both are done. A version without that tag was left
     half-made (the connection was lost between the requests); a retry calls this again. The
     card of the version that was the challenger says it no longer is."""
-    from ffjobs.registry.client import version_by_alias
+    from ffjobs.registry.client import set_alias, version_by_alias
     from ffjobs.registry.model_card import refresh_model_card
 
     before = version_by_alias(client, name, CHALLENGER)
-    client.set_registered_model_alias(name, CHALLENGER, version)
+    set_alias(client, name, CHALLENGER, version)
     client.set_model_version_tag(name, version, REGISTRATION_TAG, COMPLETE)
     if before is not None and str(before.version) != str(version):
         refresh_model_card(client, name, [before.version])  # it lost the alias

@@ -28,6 +28,7 @@ from ffjobs.registry.client import (
     STATUS_TAG,
     model_version,
     registered_model,
+    set_alias,
     version_by_alias,
 )
 from ffjobs.registry.model_card import KEY_METRICS, refresh_model_card
@@ -136,7 +137,7 @@ def approve(client: Any, name: str, version: str, review: Review, *, force: bool
         replaced = {"replaced_by": chosen.version, "replaced_at": review.at}
         _set_tags(client, name, previous.version, replaced)
     _set_tags(client, name, version, review.tags(APPROVED))
-    client.set_registered_model_alias(name, CHAMPION, chosen.version)
+    set_alias(client, name, CHAMPION, chosen.version)
     _drop_alias_if_here(client, name, CHALLENGER, chosen.version)
     replaced = [previous.version] if previous is not None else []
     refresh_model_card(client, name, [chosen.version, *replaced])
