@@ -103,6 +103,9 @@ class ColdRun:
     key_file: Path
     marker: Path
     run: CompiledRun
+    kernels: Path
+    """The C++ compiler's output from the job's local compiler cache, alone: the kernels'
+    shared libraries and the precompiled header (see :func:`_keep_kernel_binaries`)."""
 
 
 _RESULT = "result.json"
@@ -122,7 +125,9 @@ def cold_compile_of_the_run() -> ColdRun:
         complete=lambda folder: (folder / _RESULT).exists(),
     )
     run = CompiledRun(**json.loads((root / _RESULT).read_text()))
-    return ColdRun(LocalStore(root / "ckpt"), root / "run" / "signing.key", root / "ran", run)
+    return ColdRun(
+        LocalStore(root / "ckpt"), root / "run" / "signing.key", root / "ran", run, root / "kernels"
+    )
 
 
 def _make_cold_compile(folder: Path) -> None:
@@ -131,5 +136,22 @@ def _make_cold_compile(folder: Path) -> None:
     store.write(compile_cache.BLOB, planted_pickle(folder / "ran"))
     store.write(compile_cache.regions_file("cpu"), planted_pickle(folder / "ran"))
     run = compiled_run(config, folder / "local-cache", folder / "run" / "signing.key")
+    _keep_kernel_binaries(folder / "local-cache", folder / "kernels")
     shutil.rmtree(folder / "local-cache")  # the restart must find only the checkpoint folder's
     (folder / _RESULT).write_text(json.dumps(asdict(run)))
+
+
+def _keep_kernel_binaries(local_cache: Path, kernels: Path) -> None:
+    """Copy the C++ compiler's output of ``local_cache`` (``*.so``, the precompiled header) to
+    ``kernels``, in the same layout and nothing else: no graph, AOT or Dynamo cache entry.
+
+    On CPU, Inductor builds each kernel with ``g++`` unless its shared library is already in
+    the local cache, so a restart with an empty cache compiles them all again: about 80 CPU-s
+    for the tiny model, none of it ffjobs' code. A restart given these finds its kernels built,
+    as on a node that built them before, and must still take every capture from the
+    checkpoint folder."""
+    for path in local_cache.rglob("*"):
+        if path.is_file() and path.name.endswith((".so", ".h", ".gch")):
+            target = kernels / path.relative_to(local_cache)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)

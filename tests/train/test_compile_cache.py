@@ -1,7 +1,9 @@
 """The compile cache lives with the run's checkpoints: a restarted job of the run compiles warm.
 
-Each run is a fresh process with its own empty local compiler cache, so the second one can hit
-the cache only through the blob the first one left in the checkpoint store.
+Each run is a fresh process with its own local compiler cache, so the second one can hit the
+cache only through the blob the first one left in the checkpoint store. The second one's local
+cache holds only the first one's kernel binaries (the C++ compiler's output, as a node that built
+them keeps it), never a graph, AOT or Dynamo entry.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ def test_a_restarted_compiled_run_loads_the_cache_from_its_checkpoint_dir(cold_c
 
     shutil.copytree(cold_compile.store.directory, tmp_path / "ckpt")  # the restart writes to it
     restart = tiny_config(tmp_path, *COLD_STEPS, "train.steps=3", "train.resume=false")
-    second = compiled_run(restart, tmp_path / "local-2", cold_compile.key_file)
+    # the kernels' binaries alone (not g++'s work again): every capture must come from the blob
+    local = shutil.copytree(cold_compile.kernels, tmp_path / "local-2")
+    second = compiled_run(restart, local, cold_compile.key_file)
     assert second.final_step == 3
     # every capture the first run made comes out of the files it left: nothing traced again
     assert second.loaded == second.captures == first.captures
