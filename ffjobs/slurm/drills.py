@@ -64,14 +64,16 @@ def job_nodes(job_id: str, timeout_s: float = 60) -> list[str]:
         time.sleep(0.5)
 
 
-def _link(*args: str) -> None:
+def _link(*args: str, timeout_s: float = 30) -> None:
     script = os.environ.get(LINK_SCRIPT_VAR)
     if not script or not Path(script).is_file():
         raise FileNotFoundError(
             f"{LINK_SCRIPT_VAR}={script or ''}: link drills run on the local mini-cluster; "
             "source the environment infra/local/up.sh writes (.state/local-stack/env.sh)"
         )
-    result = subprocess.run(["bash", script, *args], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        ["bash", script, *args], capture_output=True, text=True, timeout=timeout_s
+    )
     if result.returncode != 0:
         raise RuntimeError(f"link.sh {' '.join(args)} failed: {result.stderr.strip()}")
 
@@ -82,7 +84,9 @@ def cut(node: str) -> None:
 
 
 def restore(node: str) -> None:
-    _link("restore", node)
+    """Bring ``node``'s link back; returns once SLURM has heard from the node again (link.sh
+    has its slurmd register at once and waits up to 30 s for SLURM to take it in)."""
+    _link("restore", node, timeout_s=90)
 
 
 def throttle(node: str, rate: str = DEFAULT_RATE) -> None:

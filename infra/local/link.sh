@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fault drills on one node's link to the bridge:
 #   link.sh cut NODE | restore NODE          take the link down / up (both directions); restore
-#                                            also returns a node SLURM marked not responding
+#                                            also waits until SLURM hears from the node again
 #   link.sh throttle RATE NODE | unthrottle NODE   tbf at RATE (e.g. 8mbit) both ways / remove it
 #   link.sh show NODE                        link state and queueing discipline
 set -euo pipefail
@@ -39,14 +39,30 @@ unthrottle() {  # unthrottle NODE: idempotent
   fi
 }
 
-# A node SLURM lost touch with while its link was down is DOWN ("Not responding"), and SLURM
-# asks a DOWN node to register again only every few minutes: with the link back, return it to
-# service now, as an operator would. A node down for any other reason is left as it is.
+# A node SLURM lost touch with while its link was down is marked not responding ("*"), and DOWN
+# once SlurmdTimeout has passed; SLURM asks a DOWN node to register again only every few
+# minutes, and pings a not-responding one at its own pace. With the link back, the node's slurmd
+# is told to register now (SIGHUP: it reloads its configuration and registers, as after an
+# operator's restart; its jobs run on). ReturnToService=2 then returns a node that was DOWN for not
+# responding to service. Returns once SLURM has heard from the node (RESUME if it was marked DOWN
+# meanwhile); a node down for any other reason is left as it is.
+RETURN_WAIT_S=30
 return_to_service() {  # return_to_service NODE
-  local state
-  state=$(SLURM_CONF=$SLURM_CONF sinfo -h -n "$1" -o '%t|%E' 2>/dev/null) || return 0
-  [[ $state == down*'|Not responding' ]] || return 0
-  SLURM_CONF=$SLURM_CONF scontrol update NodeName="$1" State=RESUME >/dev/null 2>&1 || true
+  local state deadline=$((SECONDS + RETURN_WAIT_S))
+  if is_running "slurmd-$1"; then kill -HUP "$(<"$RUN_DIR/slurmd-$1.pid")" 2>/dev/null || true; fi
+  while ((SECONDS < deadline)); do
+    state=$(SLURM_CONF=$SLURM_CONF sinfo -h -n "$1" -o '%t|%E' 2>/dev/null) || return 0
+    case $state in
+      down*'|Not responding')
+        SLURM_CONF=$SLURM_CONF scontrol update NodeName="$1" State=RESUME >/dev/null 2>&1 || true
+        ;;
+      down* | drain* | drng* | fail*) return 0 ;;
+      *'*|'*) ;;
+      *) return 0 ;;
+    esac
+    sleep 1
+  done
+  echo "link.sh: SLURM has not heard from $1 ${RETURN_WAIT_S} s after its link came back" >&2
 }
 
 [[ $(id -u) -eq 0 ]] || die "changing links needs root"
