@@ -27,10 +27,10 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   exit 0
 fi
 
-echo "ffjobs: setting up $venv (torch, Airflow, MLflow, submitit; a few minutes the first time)" >&2
+echo "ffjobs: setting up $venv (torch, Airflow, MLflow, submitit; about a minute the first time)" >&2
 [[ -x "$venv/bin/python" ]] || "$python" -m venv "$venv"
 # uv installs what pip would, from where pip is configured to install from (uv_args_from_pip.py),
-# unpacking and compiling to bytecode on every core: about 40 s where pip took 105 on 2 cores.
+# unpacking and compiling to bytecode on every core: 48 s where pip took 105, on 2 cores.
 # torch is pinned in the same call, so that no resolver swaps in another build.
 "$venv/bin/python" -m pip install -q uv
 uv_args=()

@@ -41,11 +41,11 @@ unthrottle() {  # unthrottle NODE: idempotent
 
 # A node SLURM lost touch with while its link was down is marked not responding ("*"), and DOWN
 # once SlurmdTimeout has passed; SLURM asks a DOWN node to register again only every few
-# minutes, and pings a not-responding one at its own pace. With the link back, the node's slurmd
-# is told to register now (SIGHUP: it reloads its configuration and registers, as after an
-# operator's restart; its jobs run on). ReturnToService=2 then returns a node that was DOWN for not
-# responding to service. Returns once SLURM has heard from the node (RESUME if it was marked DOWN
-# meanwhile); a node down for any other reason is left as it is.
+# minutes, and pings a not-responding one at its own pace. With the link back, the node's
+# slurmd is told to register now (SIGHUP: it reloads its configuration and registers, as after
+# an operator's restart; its jobs run on), and ReturnToService=2 returns a node that was DOWN
+# for not responding to service. Returns once SLURM has heard from the node (RESUME if it was
+# marked DOWN meanwhile); a node down for any other reason is left as it is.
 RETURN_WAIT_S=30
 return_to_service() {  # return_to_service NODE
   local state deadline=$((SECONDS + RETURN_WAIT_S))
