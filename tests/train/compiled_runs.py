@@ -146,8 +146,8 @@ def _keep_kernel_binaries(local_cache: Path, kernels: Path) -> None:
     ``kernels``, in the same layout and nothing else: no graph, AOT or Dynamo cache entry.
 
     On CPU, Inductor builds each kernel with ``g++`` unless its shared library is already in
-    the local cache, so a restart with an empty cache compiles them all again: about 80 CPU-s
-    for the tiny model, none of it ffjobs' code. A restart given these finds its kernels built,
+    the local cache, so a restart with an empty cache compiles them all again, most of a cold
+    compile's CPU and none of it ffjobs' code. A restart given these finds its kernels built,
     as on a node that built them before, and must still take every capture from the
     checkpoint folder."""
     for path in local_cache.rglob("*"):
