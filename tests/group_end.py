@@ -1,5 +1,6 @@
-"""Test groups (tests that share a stack component run on one worker, one at a time) and the
-session servers that stop once the last test needing them has run.
+"""Test groups (tests that share a stack component, or a fixture made once per module, run on
+one worker, one at a time) and the session servers that stop once the last test needing them
+has run.
 
 Under ``--dist loadgroup`` a group's tests run on one worker one after the other (pytest-xdist
 sends a group as one unit). A session server whose tests all belong to one group is therefore
@@ -48,8 +49,24 @@ def mark_groups(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(group))
             for name in used:
                 users.setdefault(name, set()).add(group)
+        elif _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     _sole_group.update(
         {name: next(iter(groups)) for name, groups in users.items() if len(groups) == 1}
+    )
+
+
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a fixture made once per module: the module's tests then run on one
+    worker, or each worker that gets one of them makes the fixture again (the float64 compile
+    comparison's three trainings were made twice, about 140 CPU-s more)."""
+    info = getattr(item, "_fixtureinfo", None)  # pytest's own record of what the test uses
+    if info is None:
+        return False
+    return any(
+        defs and defs[-1].scope == "module"
+        for name, defs in info.name2fixturedefs.items()
+        if name in item.fixturenames
     )
 
 
