@@ -21,9 +21,18 @@ if [[ ! -d $RUN_DIR ]]; then
 fi
 mkdir -p "$STATE_DIR"
 take_stack_lock down.sh
-for name in mlflow slurmd-node3 slurmd-node2 slurmd-node1 slurmctld slurmdbd mariadbd munged; do
-  stop_daemon "$name"
-done
+# In tiers, the daemons of a tier at once: each takes a second or more to exit, and a daemon
+# goes only after those that talk to it (slurmctld reports to slurmdbd, slurmdbd writes to
+# MariaDB and checks credentials with munged).
+stop_tier() {
+  local name
+  for name in "$@"; do stop_daemon "$name" & done
+  wait
+}
+stop_tier mlflow slurmd-node3 slurmd-node2 slurmd-node1
+stop_tier slurmctld
+stop_tier slurmdbd
+stop_tier mariadbd munged
 # A munged that lost its pid file (see start_munge in up.sh) still belongs to this state directory.
 for pid in $(munged_pids); do
   kill "$pid" 2>/dev/null || true
