@@ -45,6 +45,18 @@ def calls(airflow: EmbeddedAirflow) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+NOTED_S = 60
+"""How long a fake component may take to note its call after ``up`` returned: ``up`` waits
+until each component runs, not until its interpreter has reached its first line (a fraction
+of a second, many times that on a loaded machine)."""
+
+
+def noted_calls(airflow: EmbeddedAirflow, count: int) -> list[dict]:
+    """The calls, once at least ``count`` are noted."""
+    wait_for(lambda: len(calls(airflow)) >= count, timeout=NOTED_S)
+    return calls(airflow)
+
+
 def children(airflow: EmbeddedAirflow) -> list[int]:
     """The child each idle fake component started (a task's process, standing in)."""
     return [int((airflow.home / f"{c}.child").read_text()) for c in COMPONENTS[1:]]
@@ -60,7 +72,7 @@ def wait_for(condition, timeout: float = 10.0) -> None:
 def test_up_starts_every_component_on_loopback_with_private_secrets(airflow):
     settings = airflow.up()
     assert sorted(airflow.running()) == sorted(COMPONENTS)
-    made = calls(airflow)
+    made = noted_calls(airflow, 1 + len(COMPONENTS))
     assert made[0]["argv"] == ["db", "migrate"]  # before any component starts
     assert sorted(c["argv"][0] for c in made[1:]) == sorted(COMPONENTS)
     for call in made:
@@ -128,12 +140,14 @@ def test_an_up_after_ffjobs_changed_starts_everything_again(airflow, monkeypatch
 
     settings = airflow.up()
     first = airflow.running()
+    noted_calls(airflow, 1 + len(COMPONENTS))  # each has run, not only been started
     monkeypatch.setattr(embedded, "source_digest", lambda: "changed since")
     again = airflow.up()
     assert "ffjobs changed since the embedded Airflow started: restarting it" in airflow.lines
     assert again.port == settings.port and airflow.running() != first
     assert not any(is_running(pid) for pid in first.values())
-    assert len(calls(airflow)) == 2 * (1 + len(COMPONENTS))  # migrated and started again
+    started_twice = 2 * (1 + len(COMPONENTS))  # migrated and started again
+    assert len(noted_calls(airflow, started_twice)) == started_twice
     airflow.up()  # the same source as at that start: reused
     assert "reused" in airflow.lines[-1]
 
