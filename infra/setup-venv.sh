@@ -30,7 +30,7 @@ fi
 echo "ffjobs: setting up $venv (torch, Airflow, MLflow, submitit; about a minute the first time)" >&2
 [[ -x "$venv/bin/python" ]] || "$python" -m venv "$venv"
 # uv installs what pip would, from where pip is configured to install from (uv_args_from_pip.py),
-# unpacking and compiling to bytecode on every core: 48 s where pip took 105, on 2 cores.
+# unpacking and compiling to bytecode on every core, where pip uses one (dev/README.md: uv).
 # torch is pinned in the same call, so that no resolver swaps in another build.
 "$venv/bin/python" -m pip install -q uv
 uv_args=()

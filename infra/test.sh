@@ -53,8 +53,8 @@ source "${FFJOBS_STATE_DIR:-.state/local-stack}/env.sh"
 echo "== tests" >&2
 # One worker more than the cores, at most three (FFJOBS_TEST_WORKERS=N sets it, 0: one process):
 # the mini-cluster's drills and the Airflow runs spend much of their time waiting, which a third
-# worker fills (2 cores: 22:16 of pytest against 23:54 with two). The tests that share a stack
-# component run on one worker, one at a time (tests/conftest.py).
+# worker fills (dev/README.md: a third pytest worker). The tests that share a stack component or
+# a module's fixture run on one worker, one at a time (tests/group_end.py).
 cores=$(nproc)
 workers=${FFJOBS_TEST_WORKERS:-$((cores < 2 ? cores + 1 : 3))}
 parallel=()
