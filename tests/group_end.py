@@ -59,7 +59,7 @@ def mark_groups(items: list[pytest.Item]) -> None:
 def _uses_a_module_fixture(item: pytest.Item) -> bool:
     """Whether ``item`` uses a fixture made once per module: the module's tests then run on one
     worker, or each worker that gets one of them makes the fixture again (the float64 compile
-    comparison's three trainings were made twice, about 140 CPU-s more)."""
+    comparison's three trainings were made twice; dev/README.md has the figures)."""
     info = getattr(item, "_fixtureinfo", None)  # pytest's own record of what the test uses
     if info is None:
         return False
