@@ -510,7 +510,8 @@ def test_a_job_of_the_run_is_attached_to_never_duplicated(tmp_path, env, straigh
     assert first["job_id"] == job_id and first["number"] == 1  # its own attempt folder
     # as in test_killed_rank_is_retried_without_its_node_and_finishes_bitwise: unknown when srun
     # ended the step while rank 0 was between two collectives; its node is the suspect either way
-    assert first["kind"] in ("communicator", "node_failure", "unknown") and first["retryable"]
+    kind = first["kind"]
+    assert kind in ("communicator", "node_failure", "unknown") and first["retryable"], first
     assert first["suspect_nodes"] and first["suspect_nodes"][0] in first["nodes"], first
     assert first["final_step"] >= CHECKPOINT_EVERY  # its progress lines were found
     assert not set(second["nodes"]) & set(first["suspect_nodes"])
