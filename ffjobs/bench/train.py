@@ -187,12 +187,21 @@ def _launch(config: Any, args: argparse.Namespace, bench: dict, compiler_cache: 
     from ffjobs.train.worker import launch_local
 
     shutil.rmtree(compiler_cache, ignore_errors=True)
-    # the ranks inherit these
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compiler_cache / "inductor")
-    os.environ["TRITON_CACHE_DIR"] = str(compiler_cache / "triton")
+    # the ranks' environment only: a caller that goes on (a test, a notebook) keeps its own
+    env = {
+        **os.environ,
+        "TORCHINDUCTOR_CACHE_DIR": str(compiler_cache / "inductor"),
+        "TRITON_CACHE_DIR": str(compiler_cache / "triton"),
+    }
     try:
         report = launch_local(
-            config, args.nproc, mode="bench", data=args.data, bench=bench, quiet_stdout=True
+            config,
+            args.nproc,
+            mode="bench",
+            data=args.data,
+            bench=bench,
+            quiet_stdout=True,
+            env=env,
         )
         # what the launch left in its local caches: the room they take on a node
         report["local_compiler_cache_mb"] = _folder_bytes(compiler_cache) / 1e6

@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -51,13 +52,19 @@ MEMORY_EPOCH_STEPS = 1000
 
 
 def launch_job(
-    job: TrainJob, nproc: int, *, log_dir: Path | None = None, quiet_stdout: bool = False
+    job: TrainJob,
+    nproc: int,
+    *,
+    log_dir: Path | None = None,
+    quiet_stdout: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run ``nproc`` ranks of ``job`` to completion; return rank 0's result.
 
     Rank logs go to ``log_dir`` (a temporary folder if not given); ``quiet_stdout`` sends
-    rank 0's console output to stderr (for ``--json`` callers). Raises :class:`LaunchFailed`
-    naming the first rank that failed.
+    rank 0's console output to stderr (for ``--json`` callers); ``env`` is the ranks' base
+    environment (default: this process's). Raises :class:`LaunchFailed` naming the first rank
+    that failed.
     """
     with tempfile.TemporaryDirectory(prefix="ffjobs-train-") as tmp:
         job_path = Path(tmp) / "job.json"
@@ -74,14 +81,15 @@ def launch_job(
             log_dir if log_dir is not None else Path(tmp) / "logs",
             preload=RANK_IMPORTS,
             console=sys.stderr if quiet_stdout else sys.stdout,
+            env=env,
         )
         return json.loads(result_path.read_text()) if result_path.exists() else {}
 
 
 def launch_local(config, nproc: int, **job_fields: Any) -> dict[str, Any]:
     """``launch_job`` for a config and keyword fields of :class:`TrainJob` (tests, benchmarks);
-    ``log_dir`` and ``quiet_stdout`` go to the launcher."""
-    launch = {k: job_fields.pop(k) for k in ("log_dir", "quiet_stdout") if k in job_fields}
+    ``log_dir``, ``quiet_stdout`` and ``env`` go to the launcher."""
+    launch = {k: job_fields.pop(k) for k in ("log_dir", "quiet_stdout", "env") if k in job_fields}
     return launch_job(TrainJob.of(config, **job_fields), nproc, **launch)
 
 

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
+from ffjobs.bench.train import run_compiler_cache
 from ffjobs.cli import main
 
 from .helpers import TINY_MODEL, tiny_identity_weights
+
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+"""Where a benchmark's ranks put their compiler's local caches."""
 
 
 def _tiny_args(tmp_path):
@@ -95,6 +100,7 @@ def test_bench_train_leaves_the_checkpoints_of_the_run_it_is_pointed_at(tmp_path
     run = tmp_path / "run"
     Checkpointer(str(run)).save(1, {"weights": [1.0, 2.0]}, {"rng": 0})
     before = sorted(p.name for p in run.iterdir())
+    cache_variables = {k: os.environ.get(k) for k in CACHE_VARIABLES}
     args = ["bench", "train", "--nproc", "1", "--warmup", "1", "--steps", "2", "--no-peak"]
     # the bench's saves are at later steps than the run's: kept by step, they would prune it
     assert main([*args, "--json", "--checkpoint-dir", str(run), *_tiny_args(tmp_path)]) == 0
@@ -102,3 +108,7 @@ def test_bench_train_leaves_the_checkpoints_of_the_run_it_is_pointed_at(tmp_path
     assert report["checkpoint_bytes"] > 0 and len(report["checkpoint_async_rounds"]) == 3
     assert sorted(p.name for p in run.iterdir()) == before
     assert Checkpointer(str(run)).steps() == [1] and Checkpointer(str(run)).verify(1)[0]
+    # its local compiler caches went with it, and its caller's environment is its own again:
+    # a later compile in this process must not write into the removed folder (node memory)
+    assert not run_compiler_cache(str(run)).exists()
+    assert [k for k in CACHE_VARIABLES if os.environ.get(k) != cache_variables[k]] == []
