@@ -26,6 +26,7 @@ _MADE_RUN_FOLDER = pytest.StashKey[str]()
 
 def pytest_configure(config: pytest.Config) -> None:
     _refuse_lost_groups(config)
+    _scalar_compiled_kernels()
     _share_cores_between_workers()
     if RUN_FOLDER not in os.environ:  # a worker inherits its controller's
         os.environ[RUN_FOLDER] = tempfile.mkdtemp(prefix="ffjobs-test-run-")
@@ -42,6 +43,16 @@ def _refuse_lost_groups(config: pytest.Config) -> None:
             f"--dist loadgroup does not group tests under pytest {pytest.__version__} "
             "(pytest-dev/pytest-xdist#1386): install the pytest that pyproject.toml pins"
         )
+
+
+def _scalar_compiled_kernels() -> None:
+    """Inductor's C++ kernels (the CPU stand-in for the GPU's Triton ones) without SIMD, in this
+    process and every one it starts: the compiled-training tests check what the trainer does
+    with the compiler (regions, caches, DDP), not the CPU's vector code, and ``g++`` builds
+    scalar kernels in about two thirds of the CPU time (dev/README.md: the compiler's share of
+    a cold compile). The kernels are then the same on every CPU, whatever vector unit it has.
+    Read when Inductor's config is first imported, so set before any test imports torch."""
+    os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
 
 
 def _share_cores_between_workers() -> None:
