@@ -27,6 +27,7 @@ _MADE_RUN_FOLDER = pytest.StashKey[str]()
 def pytest_configure(config: pytest.Config) -> None:
     _refuse_lost_groups(config)
     _scalar_compiled_kernels()
+    _keep_freed_memory()
     _share_cores_between_workers()
     if RUN_FOLDER not in os.environ:  # a worker inherits its controller's
         os.environ[RUN_FOLDER] = tempfile.mkdtemp(prefix="ffjobs-test-run-")
@@ -53,6 +54,24 @@ def _scalar_compiled_kernels() -> None:
     a cold compile). The kernels are then the same on every CPU, whatever vector unit it has.
     Read when Inductor's config is first imported, so set before any test imports torch."""
     os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
+
+
+MALLOC_SETTINGS = {
+    "MALLOC_MMAP_THRESHOLD_": str(64 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
+    "MALLOC_TOP_PAD_": str(64 << 20),
+}
+"""glibc's allocator in the processes the tests start (pytest-xdist's workers, started after
+this, included): a tensor under 64 MB from the heap, not a fresh ``mmap``, and up to 128 MB
+freed kept for the next step. The tests' tensors are all smaller: each step reuses memory
+instead of faulting in new zeroed pages. Side by side, a 40-step run of the local preset on
+two ranks took 36.3-36.5 CPU-s against 38.6-38.9, and an encoder's pre-training 14.1 against
+15.3 (dev/README.md); the arithmetic, and so every bit, is the same."""
+
+
+def _keep_freed_memory() -> None:
+    for name, value in MALLOC_SETTINGS.items():
+        os.environ.setdefault(name, value)
 
 
 def _share_cores_between_workers() -> None:
