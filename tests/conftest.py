@@ -49,10 +49,10 @@ def _refuse_lost_groups(config: pytest.Config) -> None:
 def _scalar_compiled_kernels() -> None:
     """Inductor's C++ kernels (the CPU stand-in for the GPU's Triton ones) without SIMD, in this
     process and every one it starts: the compiled-training tests check what the trainer does
-    with the compiler (regions, caches, DDP), not the CPU's vector code, and ``g++`` builds
-    scalar kernels in about two thirds of the CPU time (dev/README.md: the compiler's share of
-    a cold compile). The kernels are then the same on every CPU, whatever vector unit it has.
-    Read when Inductor's config is first imported, so set before any test imports torch."""
+    with the compiler (regions, caches, DDP), not the CPU's vector code, and scalar kernels
+    build in far less ``g++`` time (dev/README.md: scalar compiled kernels in the tests). The
+    kernels are then the same on every CPU, whatever vector unit it has. Inductor reads this
+    when its config is first imported: set before any test imports torch."""
     os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
 
 
@@ -62,11 +62,10 @@ MALLOC_SETTINGS = {
     "MALLOC_TOP_PAD_": str(64 << 20),
 }
 """glibc's allocator in the processes the tests start (pytest-xdist's workers, started after
-this, included): a tensor under 64 MB from the heap, not a fresh ``mmap``, and up to 128 MB
-freed kept for the next step. The tests' tensors are all smaller: each step reuses memory
-instead of faulting in new zeroed pages. Side by side, a 40-step run of the local preset on
-two ranks took 36.3-36.5 CPU-s against 38.6-38.9, and an encoder's pre-training 14.1 against
-15.3 (dev/README.md); the arithmetic, and so every bit, is the same."""
+this, included): a buffer under 64 MB from the heap, not a fresh ``mmap``, and up to 128 MB
+freed kept for the next use. The tests' models and batches are far smaller, so a training
+step reuses memory instead of faulting in new zeroed pages: less system time, the same
+arithmetic and bits (dev/README.md: glibc's allocator keeping freed memory in the tests)."""
 
 
 def _keep_freed_memory() -> None:
