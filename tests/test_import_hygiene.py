@@ -64,6 +64,38 @@ def test_config_and_cli_load_without_torch():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_process_that_starts_the_ranks_imports_no_torch(tmp_path):
+    """``ffjobs run``, ``train`` and ``runs show`` start ranks and find a run's newest
+    checkpoint without torch: the ranks import it once, in the process they are forked from,
+    and the command's own import of it was a second and a half of CPU per command."""
+    import hashlib
+    import json
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    data = b"a checkpoint's bytes"
+    (folder / "step-00000004.pt").write_bytes(data)
+    manifest = {"step": 4, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (folder / "step-00000004.json").write_text(json.dumps(manifest))
+    probe = textwrap.dedent(
+        f"""
+        import sys
+        import ffjobs.cli, ffjobs.commands_runs, ffjobs.models.prepare, ffjobs.pipeline
+        import ffjobs.quality.encoder, ffjobs.train.launch, ffjobs.train.stage
+        from ffjobs.config import load_config
+        from ffjobs.train.checkpoint import open_checkpoints
+
+        checkpoints = open_checkpoints(load_config("local"), {str(folder)!r})
+        steps = (checkpoints.latest().step, checkpoints.latest_verified().step)
+        assert steps == (4, 4), steps
+        heavy = sorted(m for m in ("torch", "torchvision") if m in sys.modules)
+        print(heavy); sys.exit(1 if heavy else 0)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_the_checkpoint_package_names_resolve_on_first_use():
     """Its public names are imported lazily (so that its light parts load without torch)."""
     import ffjobs.train.checkpoint as package

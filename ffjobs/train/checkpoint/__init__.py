@@ -36,8 +36,9 @@ removed, and a data file whose manifest could not be written is deleted. The che
 before it are untouched (pruning comes only after a complete write).
 
 The package: :mod:`~.manager` (the :class:`Checkpointer`), :mod:`~.files` (names and the
-listing), :mod:`~.snapshot` (the host copy), :mod:`~.writer` (the writer process),
-and :mod:`~.storage` (a local folder or S3).
+listing), :mod:`~.state` (the safe load and the RNG states), :mod:`~.snapshot` (the host copy),
+:mod:`~.writer` (the writer process), and :mod:`~.storage` (a local folder or S3). Opening a
+run's checkpoints to find or verify one imports no torch; saving and loading do.
 """
 
 from __future__ import annotations
@@ -50,23 +51,21 @@ if TYPE_CHECKING:
     from ffjobs.train.checkpoint.manager import (
         Checkpointer,
         CheckpointWarning,
-        capture_rng_state,
-        gather_to_rank0,
         latest_step,
         open_checkpoints,
-        restore_rng_state,
     )
+    from ffjobs.train.checkpoint.state import capture_rng_state, gather_to_rank0, restore_rng_state
 
 _HOMES = {
     "data_name": "files",
     "manifest_name": "files",
     "Checkpointer": "manager",
     "CheckpointWarning": "manager",
-    "capture_rng_state": "manager",
-    "gather_to_rank0": "manager",
+    "capture_rng_state": "state",
+    "gather_to_rank0": "state",
     "latest_step": "manager",
     "open_checkpoints": "manager",
-    "restore_rng_state": "manager",
+    "restore_rng_state": "state",
 }
 """Where each public name lives. They are imported on first use: importing a light part of the
 package (:mod:`~.storage`, say, from the compile cache or a CLI command) must not import torch."""

@@ -1,6 +1,7 @@
 """A checkpoint's files in a store: the names, the write (data file, then its manifest), the
 steps found and the pruning. Used by :class:`~ffjobs.train.checkpoint.Checkpointer` in the
-training process and by the checkpoint writer process (:mod:`ffjobs.train.checkpoint.writer`)."""
+training process and by the checkpoint writer process (:mod:`ffjobs.train.checkpoint.writer`).
+Only the write imports torch: the names and the listing serve readers that do not."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
-
-import torch
 
 from ffjobs.train.checkpoint.storage import CheckpointStore
 
@@ -45,6 +44,8 @@ def prune_checkpoints(store: CheckpointStore, keep: int) -> None:
 @contextmanager
 def _zip_crc32(compute: bool) -> Iterator[None]:
     """``torch.save`` computing its zip records' CRC-32 or not, for the block (then as before)."""
+    import torch
+
     before = torch.serialization.get_crc32_options()
     torch.serialization.set_crc32_options(compute)
     try:
@@ -61,6 +62,7 @@ def write_checkpoint_files(store: CheckpointStore, step: int, payload: dict[str,
     serialised buffer itself, and the hash is taken on a thread beside the file write (both
     release the interpreter).
     """
+    import torch
 
     buffer = io.BytesIO()
     with _zip_crc32(False):

@@ -5,23 +5,14 @@ checkpoints, and :func:`open_checkpoints`, the one way to open them. The package
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import pickle
-import random
-import re
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-import torch.distributed as dist
-
 from ffjobs.config.s3 import S3Config
-from ffjobs.errors import UserError
 from ffjobs.train.checkpoint.files import (
     checkpoint_steps,
     data_name,
@@ -29,55 +20,16 @@ from ffjobs.train.checkpoint.files import (
     prune_checkpoints,
     write_checkpoint_files,
 )
-from ffjobs.train.checkpoint.snapshot import HostSnapshot, SharedMemoryTooSmall, encode
 from ffjobs.train.checkpoint.storage import CheckpointStore, StorageError, open_store
-from ffjobs.train.checkpoint.writer import CheckpointWriter
-from ffjobs.train.distributed import barrier, get_rank, get_world_size
 
 if TYPE_CHECKING:
     from ffjobs.config import Config
+    from ffjobs.train.checkpoint.snapshot import HostSnapshot
+    from ffjobs.train.checkpoint.writer import CheckpointWriter
 
 
 class CheckpointWarning(UserWarning):
     """A checkpoint was skipped because it failed verification."""
-
-
-class UnsafeCheckpoint(UserError):
-    """A checkpoint file that does not load as tensors and plain containers (it was made by
-    something other than ffjobs, or altered to run code when unpickled)."""
-
-
-_FORBIDDEN = re.compile(
-    r"(unsupported GLOBAL \S+|Unsupported global: GLOBAL \S+|Unsupported operand \S+)"
-)
-
-
-def _load_failure(exc: Exception) -> str:
-    """Why a safe load failed, in one short line: never torch's advice to load unsafely."""
-    text = str(exc)
-    found = _FORBIDDEN.search(text)
-    if found is not None or isinstance(exc, pickle.UnpicklingError) or "weights" in text.lower():
-        what = f" ({found.group(1).removeprefix('Unsupported global: ')})" if found else ""
-        return f"it holds objects other than tensors and plain containers{what}"
-    first_line = (text.strip().splitlines() or [""])[0]
-    return f"not a checkpoint ({type(exc).__name__}: {first_line[:120]})"
-
-
-def safe_load(data: bytes | memoryview, where: str) -> dict[str, Any]:
-    """A checkpoint's state from its bytes, as tensors and plain containers only (onto the
-    CPU); raises :class:`UnsafeCheckpoint` naming ``where`` for anything else."""
-    try:
-        with warnings.catch_warnings():
-            # torch's note on a foreign file's pickle protocol: the refusal below says enough
-            warnings.simplefilter("ignore")
-            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise UnsafeCheckpoint(f"checkpoint {where} refused: {_load_failure(exc)}") from None
-    if not isinstance(state, dict):
-        raise UnsafeCheckpoint(
-            f"checkpoint {where} refused: it holds a {type(state).__name__}, not a training state"
-        )
-    return state
 
 
 @dataclass
@@ -88,56 +40,6 @@ class CheckpointRef:
     name: str
     location: str
     _data: bytes | None = field(default=None, repr=False)
-
-
-# --------------------------------------------------------------------------- RNG states
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """This process's python, numpy, torch (and CUDA) generator states, in loadable types."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": {
-            "kind": kind,
-            "keys": torch.from_numpy(keys.astype(np.int64)),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached),
-        },
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    """Inverse of :func:`capture_rng_state`."""
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    np_state = state["numpy"]
-    np.random.set_state(
-        (
-            np_state["kind"],
-            np_state["keys"].numpy().astype(np.uint32),
-            np_state["pos"],
-            np_state["has_gauss"],
-            np_state["cached_gaussian"],
-        )
-    )
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
-
-
-def gather_to_rank0(obj: Any) -> list[Any]:
-    """Every rank's ``obj`` as a list indexed by rank (``[obj]`` when not distributed)."""
-    if get_world_size() == 1:
-        return [obj]
-    gathered: list[Any] = [None] * get_world_size()
-    dist.all_gather_object(gathered, obj)
-    return gathered
 
 
 @dataclass
@@ -168,8 +70,10 @@ class Checkpointer:
         hand it to the writer process, so it must be picklable."""
         self.store = store if store is not None else open_store(location, s3=s3)
         self.keep = keep
-        self._writer = CheckpointWriter(self.store, keep)  # its process starts at first use
-        self._snapshot = HostSnapshot()
+        # made at the first asynchronous save: opening a run's checkpoints to find or verify
+        # one (the CLI, the supervisor) imports no torch; saving and loading do
+        self._writer: CheckpointWriter | None = None
+        self._snapshot: HostSnapshot | None = None
         self._write_error: BaseException | None = None
         self.timings: list[SaveTiming] = []
 
@@ -180,12 +84,12 @@ class Checkpointer:
     @property
     def writing(self) -> bool:
         """Whether an asynchronous write is in flight."""
-        return self._writer.busy
+        return self._writer is not None and self._writer.busy
 
     @property
     def writer_pid(self) -> int | None:
         """The writer process's pid once an asynchronous save has started it."""
-        return self._writer.pid
+        return self._writer.pid if self._writer is not None else None
 
     def save(
         self,
@@ -205,6 +109,9 @@ class Checkpointer:
         next save or :meth:`wait`. Where ``/dev/shm`` cannot hold the snapshot the save is
         synchronous, with a :class:`CheckpointWarning` saying so.
         """
+        from ffjobs.train.checkpoint.state import gather_to_rank0
+        from ffjobs.train.distributed import barrier, get_rank
+
         started = time.perf_counter()
         barrier()  # every rank has finished this step before the state is taken
         rank_states = gather_to_rank0(rank_state)
@@ -216,8 +123,10 @@ class Checkpointer:
         self.timings.append(timing)
         snapshot = None
         if asynchronous:
+            from ffjobs.train.checkpoint.snapshot import SharedMemoryTooSmall
+
             try:
-                snapshot = self._snapshot.take(payload)
+                snapshot = self._background_snapshot().take(payload)
             except SharedMemoryTooSmall as exc:
                 warnings.warn(
                     f"{exc}: writing checkpoint step {step} synchronously (give the job more "
@@ -241,14 +150,28 @@ class Checkpointer:
             elif on_written is not None:
                 on_written(data_name(step))
 
-        assert self._snapshot.buffer is not None
+        from ffjobs.train.checkpoint.snapshot import encode
+
+        assert self._snapshot is not None and self._snapshot.buffer is not None
+        if self._writer is None:  # its process starts at its first write
+            from ffjobs.train.checkpoint.writer import CheckpointWriter
+
+            self._writer = CheckpointWriter(self.store, self.keep)
         self._writer.submit(step, self._snapshot.buffer, encode(self._snapshot, snapshot), done)
         timing.blocked_s = time.perf_counter() - started
         return self.store.describe(data_name(step))
 
+    def _background_snapshot(self) -> HostSnapshot:
+        if self._snapshot is None:
+            from ffjobs.train.checkpoint.snapshot import HostSnapshot
+
+            self._snapshot = HostSnapshot()
+        return self._snapshot
+
     def wait(self) -> None:
         """Block until the background write in flight (if any) is complete; re-raise its error."""
-        self._writer.wait()
+        if self._writer is not None:
+            self._writer.wait()
         if self._write_error is not None:
             error, self._write_error = self._write_error, None
             if isinstance(error, StorageError):  # the store's own words say it all
@@ -258,10 +181,12 @@ class Checkpointer:
     def close(self) -> None:
         """Wait for the write in flight (re-raising its error), stop the writer, free the buffer."""
         try:
-            self._writer.close()
+            if self._writer is not None:
+                self._writer.close()
             self.wait()
         finally:
-            self._snapshot.release()
+            if self._snapshot is not None:
+                self._snapshot.release()
 
     def write(self, step: int, payload: dict[str, Any]) -> None:
         """Write one checkpoint's files (:func:`write_checkpoint_files`), then prune."""
@@ -317,6 +242,8 @@ class Checkpointer:
     def load_latest(self) -> tuple[CheckpointRef, dict[str, Any]] | None:
         """The newest checkpoint that passes verification and loads safely, with its state;
         each one skipped is warned about by name, in one line, and the previous one tried."""
+        from ffjobs.train.checkpoint.state import UnsafeCheckpoint
+
         for ref in self._verified():
             try:
                 return ref, self.load(ref)
@@ -342,7 +269,9 @@ class Checkpointer:
 
     def load(self, ref: CheckpointRef) -> dict[str, Any]:
         """Deserialise a verified checkpoint onto the CPU (tensors and plain containers only;
-        :class:`UnsafeCheckpoint` for a file that holds anything else)."""
+        :class:`~.state.UnsafeCheckpoint` for a file that holds anything else)."""
+        from ffjobs.train.checkpoint.state import safe_load
+
         data = ref._data
         if data is None:
             ok, reason, data = self.verify(ref.step)
