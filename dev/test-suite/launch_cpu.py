@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ffjobs.train.worker import launch_local
+from ffjobs.train.launch import launch_local
 from tests.train.helpers import tiny_config
 
 

@@ -156,7 +156,7 @@ def curves(
 ) -> dict[str, Any]:
     """One launch of ``steps`` steps on random pairs, one rank: its loss window means."""
     from ffjobs.models.prepare import ensure_demo_inputs
-    from ffjobs.train.worker import launch_local
+    from ffjobs.train.launch import launch_local
 
     config = copy.deepcopy(config)
     tc = config.train

@@ -184,7 +184,7 @@ def run_compiler_cache(checkpoint_dir: str) -> Path:
 def _launch(config: Any, args: argparse.Namespace, bench: dict, compiler_cache: Path) -> dict:
     """One benchmark launch, its compiler's local caches in ``compiler_cache``, emptied first
     and removed after: warm only through the compile cache in the checkpoint folder."""
-    from ffjobs.train.worker import launch_local
+    from ffjobs.train.launch import launch_local
 
     shutil.rmtree(compiler_cache, ignore_errors=True)
     # the ranks' environment only: a caller that goes on (a test, a notebook) keeps its own

@@ -18,12 +18,15 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ffjobs.config import Config
 from ffjobs.config.model import PROJECT_ENCODERS, ModelConfig
 from ffjobs.data.demo import ensure_demo_dataset, ensure_identity_dataset
-from ffjobs.models.identity_pretrain import IdentityPretrainResult, train_identity_encoder
 from ffjobs.shared_inputs import held_lock, leftovers, temporary_sibling
+
+if TYPE_CHECKING:
+    from ffjobs.models.identity_pretrain import IdentityPretrainResult
 
 DEFAULT_PRETRAIN_STEPS = 300
 
@@ -111,6 +114,10 @@ def ensure_pretrained_encoder(
             file=sys.stderr,
             flush=True,
         )
+        # torch only when there is an encoder to make: a run whose encoders are there starts
+        # its ranks from a launcher that never imports it
+        from ffjobs.models.identity_pretrain import train_identity_encoder
+
         temporary = temporary_sibling(weights)
         record = temporary_sibling(encoder_record(weights))
         try:

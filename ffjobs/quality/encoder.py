@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ffjobs.config import Config
 from ffjobs.config.evaluate import DEFAULT_EVALUATION_ENCODER
 from ffjobs.config.model import ModelConfig
 from ffjobs.errors import UserError
-from ffjobs.models.identity import IdentityEncoder, build_identity_encoder
+
+if TYPE_CHECKING:
+    from ffjobs.models.identity import IdentityEncoder
 
 PRETRAIN_STEPS = 300
 """As many as the demo's training encoder gets (:mod:`ffjobs.models.prepare`)."""
@@ -68,6 +71,8 @@ def load_evaluation_encoder(config: Config) -> IdentityEncoder:
 
 def build_recogniser(config: Config) -> IdentityEncoder:
     """The evaluation recogniser from ``evaluate.identity_weights``, which must be there."""
+    from ffjobs.models.identity import build_identity_encoder
+
     return build_identity_encoder(evaluation_identity_settings(config), section="evaluate")
 
 

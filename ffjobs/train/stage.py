@@ -90,7 +90,7 @@ def train_stage(
     (``skipped``). Facts: ``checkpoint`` (the last one written), ``start_step``, ``final_step``.
     """
     from ffjobs.local_ranks import LaunchFailed, launched_rank
-    from ffjobs.train.worker import launch_job, run_rank
+    from ffjobs.train.launch import launch_job
 
     job = run_train_job(config, run, data=data)
     if config.slurm.executor == "slurm":
@@ -101,6 +101,8 @@ def train_stage(
     started_at, start_step = time.time(), _checkpoint_step(run)
     try:
         if launched_rank():  # torchrun/srun started this process as rank 0 of the job
+            from ffjobs.train.worker import run_rank
+
             result = run_rank(job)
         else:
             result = launch_job(

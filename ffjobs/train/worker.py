@@ -1,7 +1,7 @@
-"""Training ranks: :func:`launch_job` starts them on this machine, :func:`run_rank` is one of
-them (join the group, build data and models, train or benchmark, leave).
+"""A training rank: :func:`run_rank` joins the group, builds data and models, trains or
+benchmarks, and leaves.
 
-A rank is started by :func:`launch_job` through the one local launcher
+A rank is started by :func:`ffjobs.train.launch.launch_job` through the one local launcher
 (:mod:`ffjobs.local_ranks`: ``python -m ffjobs.train.worker JOB.json``, one process per rank),
 by torchrun, or by a SLURM task. The job (config, checkpoint folder, MLflow run to attach to,
 data choice) travels to the ranks as one JSON file; rank 0 writes its result beside it. Rank
@@ -14,9 +14,7 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import warnings
-from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ import torch
 
 from ffjobs.config import Config
 from ffjobs.errors import ExitCode
-from ffjobs.local_ranks import STOPPED_ON_REQUEST, launch_ranks
+from ffjobs.local_ranks import STOPPED_ON_REQUEST
 from ffjobs.process_tree import follow_launcher
 from ffjobs.tracking.mlflow_logger import RunLogger
 from ffjobs.train.compile.signing import load_or_create_key, user_key_file
@@ -33,64 +31,10 @@ from ffjobs.train.data import RandomPairs
 from ffjobs.train.distributed import compute_cleanup, compute_init
 from ffjobs.train.job import DATA_KINDS, TrainJob
 
-__all__ = ["DATA_KINDS", "build_train_dataset", "launch_job", "launch_local", "run_rank"]
-
-RANK_IMPORTS = (
-    "ffjobs.train.trainer",
-    "ffjobs.train.probe",
-    "ffjobs.models.flops",
-    "ffjobs.tracking.system_metrics",
-    "torch._dynamo",  # with Inductor, imported by the first optimizer step
-    "torch._inductor",
-    "torch.distributed.algorithms.ddp_comm_hooks",  # imported by DDP's constructor
-)
-"""What every training rank imports: the launch's ranks share one import of it
-(:func:`~ffjobs.local_ranks.launch_ranks`)."""
+__all__ = ["DATA_KINDS", "build_train_dataset", "run_rank"]
 
 MEMORY_EPOCH_STEPS = 1000
 """Optimizer steps per epoch of ``--data memory`` (random images, no decoding)."""
-
-
-def launch_job(
-    job: TrainJob,
-    nproc: int,
-    *,
-    log_dir: Path | None = None,
-    quiet_stdout: bool = False,
-    env: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """Run ``nproc`` ranks of ``job`` to completion; return rank 0's result.
-
-    Rank logs go to ``log_dir`` (a temporary folder if not given); ``quiet_stdout`` sends
-    rank 0's console output to stderr (for ``--json`` callers); ``env`` is the ranks' base
-    environment (default: this process's). Raises :class:`LaunchFailed` naming the first rank
-    that failed.
-    """
-    with tempfile.TemporaryDirectory(prefix="ffjobs-train-") as tmp:
-        job_path = Path(tmp) / "job.json"
-        job_path.write_text(json.dumps(asdict(job), default=str))
-        result_path = Path(tmp) / "result.json"
-
-        def args(rank: int) -> list[str]:
-            return [str(job_path)] + (["--result", str(result_path)] if rank == 0 else [])
-
-        launch_ranks(
-            "ffjobs.train.worker",
-            args,
-            nproc,
-            log_dir if log_dir is not None else Path(tmp) / "logs",
-            preload=RANK_IMPORTS,
-            console=sys.stderr if quiet_stdout else sys.stdout,
-            env=env,
-        )
-        return json.loads(result_path.read_text()) if result_path.exists() else {}
-
-
-def launch_local(config, nproc: int, **job_fields: Any) -> dict[str, Any]:
-    """``launch_job`` for a config and keyword fields of :class:`TrainJob` (tests, benchmarks);
-    ``log_dir``, ``quiet_stdout`` and ``env`` go to the launcher."""
-    launch = {k: job_fields.pop(k) for k in ("log_dir", "quiet_stdout", "env") if k in job_fields}
-    return launch_job(TrainJob.of(config, **job_fields), nproc, **launch)
 
 
 def build_train_dataset(

@@ -98,7 +98,7 @@ def straight_weights(stack: AirflowStack, tmp_path: Path, monkeypatch, *extra: s
     """The DAG run's training without faults, as two local ranks on the dataset the DAG run
     validated: the reference weights."""
     from ffjobs.config import load_config
-    from ffjobs.train.worker import launch_local
+    from ffjobs.train.launch import launch_local
 
     monkeypatch.chdir(stack.workdir)  # where the DAG run's relative paths point
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

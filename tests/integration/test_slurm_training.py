@@ -90,7 +90,7 @@ def straight(tmp_path_factory) -> Callable[..., dict]:
     """``straight(*overrides)``: the final weights of the same training without faults, as
     local ranks: the reference of the bitwise checks, trained once per settings and test run."""
     from ffjobs.config import load_config
-    from ffjobs.train.worker import launch_local
+    from ffjobs.train.launch import launch_local
 
     root, weights = tmp_path_factory.mktemp("straight"), {}
 

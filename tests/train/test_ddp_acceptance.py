@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from ffjobs.local_ranks import LaunchFailed
-from ffjobs.train.worker import launch_local
+from ffjobs.train.launch import launch_local
 
 from .helpers import (
     GRAD_RTOL,

@@ -15,7 +15,7 @@ from ffjobs.local_ranks import LaunchFailed
 from ffjobs.train import faults
 from ffjobs.train.checkpoint.storage import LocalStore
 from ffjobs.train.faults import FaultInjector, InjectedFault, marker_name
-from ffjobs.train.worker import launch_local
+from ffjobs.train.launch import launch_local
 
 from .helpers import tiny_config
 

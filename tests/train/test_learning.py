@@ -12,8 +12,8 @@ from ffjobs.data.synth import generate_dataset
 from ffjobs.models import build
 from ffjobs.models.identity_pretrain import train_identity_encoder
 from ffjobs.models.losses import identity_cosine
+from ffjobs.train.launch import launch_local
 from ffjobs.train.trainer import seed_everything
-from ffjobs.train.worker import launch_local
 
 from .helpers import final_weights, tiny_config
 

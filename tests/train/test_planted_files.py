@@ -238,7 +238,7 @@ def test_the_training_stage_hands_the_ranks_the_key_file_not_the_key(tmp_path, m
         jobs.append(job)
         return {"start_step": 0, "final_step": 0}
 
-    monkeypatch.setattr("ffjobs.train.worker.launch_job", launched)
+    monkeypatch.setattr("ffjobs.train.launch.launch_job", launched)
     stage.train_stage(config, run, data="memory")
     finish_run(run, "FINISHED")
     (job,) = jobs
