@@ -42,6 +42,7 @@ RUNS = f"/api/v2/dags/{DAG_ID}/dagRuns"
 START_TIMEOUT_S = 300.0
 CACHE_CHECK_S = 1
 """How old the api-server's cached copy of a DAG may be before it is checked (see the env)."""
+REPARSE_NEVER_S = 24 * 3600
 # Given, so the evaluate task does not pre-train one (300 steps: most of the run's time on two
 # busy cores, and in-process torch that starts no worker: nothing this test is about).
 EVALUATION_ENCODER = "models/evaluation-encoder.pt"
@@ -83,6 +84,9 @@ class AirflowStack:
             # in place (no DAG run since) until this many seconds passed (default 30): a trigger
             # right after a re-parse would be checked against the old Params
             "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": str(CACHE_CHECK_S),
+            # no parse on a timer (default every 30 s): a test that changes what the DAG file
+            # reads asks for its parse (reparse_dag), and a timed one mid-test is only noise
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": str(REPARSE_NEVER_S),
         }
 
     # ------------------------------------------------------------------ life cycle
