@@ -70,8 +70,8 @@ class Checkpointer:
         hand it to the writer process, so it must be picklable."""
         self.store = store if store is not None else open_store(location, s3=s3)
         self.keep = keep
-        # made at the first asynchronous save: opening a run's checkpoints to find or verify
-        # one (the CLI, the supervisor) imports no torch; saving and loading do
+        # made at the first asynchronous save (:meth:`_background`): opening a run's
+        # checkpoints to find or verify one (the CLI, the supervisor) imports no torch
         self._writer: CheckpointWriter | None = None
         self._snapshot: HostSnapshot | None = None
         self._write_error: BaseException | None = None
@@ -123,10 +123,11 @@ class Checkpointer:
         self.timings.append(timing)
         snapshot = None
         if asynchronous:
-            from ffjobs.train.checkpoint.snapshot import SharedMemoryTooSmall
+            from ffjobs.train.checkpoint.snapshot import SharedMemoryTooSmall, encode
 
+            host, writer = self._background()
             try:
-                snapshot = self._background_snapshot().take(payload)
+                snapshot = host.take(payload)
             except SharedMemoryTooSmall as exc:
                 warnings.warn(
                     f"{exc}: writing checkpoint step {step} synchronously (give the job more "
@@ -150,23 +151,21 @@ class Checkpointer:
             elif on_written is not None:
                 on_written(data_name(step))
 
-        from ffjobs.train.checkpoint.snapshot import encode
-
-        assert self._snapshot is not None and self._snapshot.buffer is not None
-        if self._writer is None:  # its process starts at its first write
-            from ffjobs.train.checkpoint.writer import CheckpointWriter
-
-            self._writer = CheckpointWriter(self.store, self.keep)
-        self._writer.submit(step, self._snapshot.buffer, encode(self._snapshot, snapshot), done)
+        assert host.buffer is not None
+        writer.submit(step, host.buffer, encode(host, snapshot), done)
         timing.blocked_s = time.perf_counter() - started
         return self.store.describe(data_name(step))
 
-    def _background_snapshot(self) -> HostSnapshot:
-        if self._snapshot is None:
+    def _background(self) -> tuple[HostSnapshot, CheckpointWriter]:
+        """The host snapshot and the writer of asynchronous saves, made at the first one (the
+        writer's process starts at its first write)."""
+        if self._snapshot is None or self._writer is None:
             from ffjobs.train.checkpoint.snapshot import HostSnapshot
+            from ffjobs.train.checkpoint.writer import CheckpointWriter
 
             self._snapshot = HostSnapshot()
-        return self._snapshot
+            self._writer = CheckpointWriter(self.store, self.keep)
+        return self._snapshot, self._writer
 
     def wait(self) -> None:
         """Block until the background write in flight (if any) is complete; re-raise its error."""
