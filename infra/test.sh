@@ -4,9 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash infra/setup-venv.sh
-export PATH="$PWD/.venv/bin:$PATH"
-
 # A run writes about 1 GB (datasets, checkpoints, Airflow homes, the mini-cluster's state) under
 # the temp folder and .state/. With less free, tests fail one by one late in the run with errors
 # that do not say why: refuse before starting.
@@ -20,30 +17,31 @@ for dir in "${TMPDIR:-/tmp}" "$PWD"; do
   fi
 done
 
-# Headless Chromium for the browser tests (tests/integration/browser.py): Debian's chromium and
-# its chromedriver, one source package so their versions match, and a font to render text in
-# the screenshots. Nothing downloads a browser at run time.
-install_browser() {
-  local missing=()
-  command -v chromium >/dev/null || missing+=(chromium)
-  command -v chromedriver >/dev/null || missing+=(chromium-driver)
-  dpkg -s fonts-dejavu-core >/dev/null 2>&1 || missing+=(fonts-dejavu-core)
-  [[ ${#missing[@]} -eq 0 ]] && return
-  if [[ $(id -u) -ne 0 ]]; then
-    echo "ffjobs: browser tests need ${missing[*]}: sudo apt-get install ${missing[*]}" >&2
-    return
-  fi
-  echo "== installing ${missing[*]} (apt-get)" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >/dev/null
-  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+# The Debian packages (the local stack's, and Chromium for the browser tests: infra/packages.sh)
+# install while the venv is made: the one waits on the network and dpkg, the other on uv. A
+# failure before they are waited for still waits for them, never leaving dpkg half done.
+packages_log=$(mktemp "${TMPDIR:-/tmp}/ffjobs-packages.XXXXXX")
+bash infra/packages.sh stack browser >"$packages_log" 2>&1 &
+packages=$!
+packages_done() {
+  [[ -n $packages ]] || return 0
+  local status=0
+  wait "$packages" || status=$?
+  packages=
+  cat "$packages_log" >&2
+  rm -f "$packages_log"
+  return "$status"
 }
-install_browser
+trap 'packages_done || true' EXIT
+
+bash infra/setup-venv.sh
+export PATH="$PWD/.venv/bin:$PATH"
 
 echo "== lint" >&2
 ruff check .
 ruff format --check .
 
+packages_done
 echo "== local stack (SLURM mini-cluster, MLflow server)" >&2
 bash infra/local/up.sh
 trap 'bash infra/local/down.sh >/dev/null 2>&1 || true' EXIT

@@ -12,28 +12,8 @@ source "$repo/infra/local/common.sh"
 log() { printf 'up.sh: %s\n' "$*" >&2; }
 die() { printf 'up.sh: error: %s\n' "$*" >&2; exit 1; }
 
-install_packages() {
-  local missing=()
-  command -v munged >/dev/null || missing+=(munge)
-  command -v mariadbd >/dev/null || missing+=(mariadb-server)
-  command -v slurmdbd >/dev/null || missing+=(slurmdbd)
-  command -v slurmctld >/dev/null || missing+=(slurm-wlm)
-  command -v curl >/dev/null || missing+=(curl)
-  { command -v ip && command -v tc; } >/dev/null || missing+=(iproute2)
-  command -v nsenter >/dev/null || missing+=(util-linux)
-  [[ ${#missing[@]} -eq 0 ]] && return
-  [[ $(id -u) -eq 0 ]] || die "missing packages ${missing[*]}; run: sudo apt-get install ${missing[*]}"
-  log "installing ${missing[*]} (apt-get)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >"$LOG_DIR/apt.log" 2>&1
-  # policy-rc.d exit 101 keeps the packages' init scripts from starting system-wide daemons.
-  local policy=/usr/sbin/policy-rc.d created_policy=0
-  if [[ ! -e $policy ]]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && created_policy=1
-  fi
-  apt-get install -y -q --no-install-recommends "${missing[@]}" procps >>"$LOG_DIR/apt.log" 2>&1 \
-    || die "apt-get install failed; see $LOG_DIR/apt.log"
-  if [[ $created_policy -eq 1 ]]; then rm -f "$policy"; fi
+install_packages() {  # what the stack runs on, installed with apt-get where missing
+  bash "$repo/infra/packages.sh" stack || die "the local stack's packages are not installed (above)"
 }
 
 # Run "$@" detached (own session, so it outlives this shell) and record its pid.
