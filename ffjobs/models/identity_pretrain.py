@@ -162,7 +162,9 @@ def train_identity_encoder(
     images, labels, names = load_identity_folders(data_root, cfg.identity_input_size, identities)
     train_idx, heldout_idx = split_heldout_images(labels, heldout_per_identity)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # 256 px presets
-    backbone = build_identity_backbone(cfg).to(device)
+    # channels_last: the convolutions and batch norms of a step take about a quarter less time
+    # on the CPU than in NCHW, and run in NHWC on a GPU anyway
+    backbone = build_identity_backbone(cfg).to(device, memory_format=torch.channels_last)
     head = CosFaceHead(cfg.identity_dim, len(names)).to(device)
     params = [p for p in backbone.parameters() if p.requires_grad] + list(head.parameters())
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=5e-4)
@@ -178,7 +180,9 @@ def train_identity_encoder(
     for step in range(steps):
         backbone.train()
         pick = train_idx[torch.randint(len(train_idx), (batch_size,), generator=sampler)]
-        batch = _augment(images[pick], sampler).to(device, non_blocking=True)
+        batch = _augment(images[pick], sampler).to(
+            device, memory_format=torch.channels_last, non_blocking=True
+        )
         loss = head(backbone(batch), labels[pick].to(device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -195,7 +199,8 @@ def train_identity_encoder(
     out.parent.mkdir(parents=True, exist_ok=True)
     temporary = temporary_sibling(out)  # unique: two trainings into one file do not mix
     try:
-        torch.save({k: v.cpu() for k, v in backbone.state_dict().items()}, temporary)
+        weights = {k: v.cpu().contiguous() for k, v in backbone.state_dict().items()}
+        torch.save(weights, temporary)
         temporary.replace(out)
     finally:
         temporary.unlink(missing_ok=True)
