@@ -101,6 +101,13 @@ def headless_chromium() -> Iterator[Any]:
         "--disable-dev-shm-usage",  # a container's small /dev/shm crashes tabs
         f"--window-size={WINDOW_SIZE[0]},{WINDOW_SIZE[1]}",
         "--force-prefers-reduced-motion",  # fewer animations between a click and a screenshot
+        # no GPU process (software compositing draws the screenshots), and none of the browser's
+        # own traffic (updates, sync, first-run pages) that a closed network refuses
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
     ):
         options.add_argument(argument)
     # the network log: which request the page sent and what the api-server answered
