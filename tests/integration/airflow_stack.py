@@ -328,6 +328,11 @@ def _end_groups(processes: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             _signal_group(process, signal.SIGKILL)
             process.wait(timeout=10)
+        # a component that ended on SIGTERM can leave processes of its group behind (an idle
+        # LocalExecutor worker, forked from the scheduler's forkserver, was seen to): none
+        # outlives the stack
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:
