@@ -1,7 +1,10 @@
 """CPU time of every Python process of a test run, whoever started it (pytest's workers, the
 CLI's ranks, Airflow's components and task processes, SLURM's jobs): copy into the CI clone's
-virtualenv as ``.venv/lib/python3.X/site-packages/sitecustomize.py`` and run the test command
-with ``FFJOBS_PROCESS_LOG=<file>`` (a folder every process can write to). Each process that
+virtualenv as ``.venv/lib/python3.X/site-packages/ffjobs_process_cpu.py``, with a
+``ffjobs_process_cpu.pth`` beside it that holds the line ``import ffjobs_process_cpu`` (a
+``.pth`` line runs at every interpreter's start; a ``sitecustomize.py`` there is shadowed by
+Debian's own), and run the test command with ``FFJOBS_PROCESS_LOG=<file>`` (a folder every
+process can write to). Each process that
 exits through ``atexit`` or ``os._exit`` appends one JSON line: pid, parent, start and end
 (epoch s), its own CPU seconds, its first arguments, which heavy packages it imported and the
 test that was running when it (or its ancestor) started. Processes killed by a signal are
