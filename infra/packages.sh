@@ -30,16 +30,21 @@ browser_missing() {
   dpkg -s fonts-dejavu-core >/dev/null 2>&1 || echo fonts-dejavu-core
 }
 
-missing=()
-required=()
-for part in "$@"; do
-  case $part in
-    stack) mapfile -t found < <(stack_missing); required+=("${found[@]}") ;;
-    browser) mapfile -t found < <(browser_missing) ;;
-    *) log "error: unknown part '$part' (stack, browser)"; exit 2 ;;
-  esac
-  missing+=("${found[@]}")
-done
+# what_is_missing PART...: sets missing (every part's) and required (the stack's)
+what_is_missing() {
+  missing=() required=()
+  local part found
+  for part in "$@"; do
+    case $part in
+      stack) mapfile -t found < <(stack_missing); required+=("${found[@]}") ;;
+      browser) mapfile -t found < <(browser_missing) ;;
+      *) log "error: unknown part '$part' (stack, browser)"; exit 2 ;;
+    esac
+    missing+=("${found[@]}")
+  done
+}
+
+what_is_missing "$@"
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -51,6 +56,12 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 0
 fi
 
+# Two of these at once (two checkouts' `make test` on a new machine) take turns, and the second
+# installs only what the first left missing; another apt-get holding dpkg's lock is waited for.
+exec 9>/run/lock/ffjobs-packages.lock
+flock 9
+what_is_missing "$@"
+[[ ${#missing[@]} -eq 0 ]] && exit 0
 log "installing ${missing[*]} (apt-get)"
 export DEBIAN_FRONTEND=noninteractive
 apt_log=$(mktemp "${TMPDIR:-/tmp}/ffjobs-apt.XXXXXX")
@@ -62,8 +73,10 @@ if [[ ! -e $policy ]]; then
   printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && created_policy=1
 fi
 status=0
-{ apt-get update -q && apt-get install -y -q --no-install-recommends "${missing[@]}"; } \
-  >"$apt_log" 2>&1 || status=$?
+{
+  apt-get update -q -o DPkg::Lock::Timeout=600 &&
+    apt-get install -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends "${missing[@]}"
+} >"$apt_log" 2>&1 || status=$?
 if [[ $created_policy -eq 1 ]]; then rm -f "$policy"; fi
 if [[ $status -ne 0 ]]; then
   tail -n 20 "$apt_log" >&2
