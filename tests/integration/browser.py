@@ -5,8 +5,8 @@ Debian's ``chromium`` and ``chromium-driver`` (one source package, so their vers
 driven through that chromedriver by Selenium: nothing is downloaded at run time, since Selenium
 Manager is never asked for a driver when its path is given. ``infra/packages.sh browser``
 installs both (as root, with ``apt-get``; ``infra/test.sh`` runs it) and the ``dev`` extras
-bring Selenium. Without them a test skips saying
-what to install; under CI (``CI=true``) it fails instead, so CI never passes without the checks.
+bring Selenium. Without them a test skips saying what to install; under CI (``CI=true``) it
+fails instead, so CI never passes without the checks.
 
 :class:`AirflowPage` wraps one browser logged in to one :class:`~airflow_stack.AirflowStack`
 through the UI's own login form: :meth:`~AirflowPage.open`, the trigger form
@@ -80,8 +80,8 @@ def chromium_paths() -> tuple[str, str]:
         missing.append("selenium (pip install -e '.[dev]')")
     if missing:
         message = (
-            f"headless browser checks need {', '.join(missing)}: as root, "
-            "bash infra/packages.sh browser (infra/test.sh runs it)"
+            f"headless browser checks need {', '.join(missing)}: as root, apt-get install "
+            "chromium chromium-driver fonts-dejavu-core (infra/test.sh installs everything)"
         )
         if os.environ.get("CI") == "true":
             pytest.fail(message)
