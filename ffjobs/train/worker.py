@@ -28,7 +28,7 @@ from ffjobs.process_tree import follow_launcher
 from ffjobs.tracking.mlflow_logger import RunLogger
 from ffjobs.train.compile.signing import load_or_create_key, user_key_file
 from ffjobs.train.data import RandomPairs
-from ffjobs.train.distributed import compute_cleanup, compute_init
+from ffjobs.train.distributed import DistEnv, compute_cleanup, compute_init
 from ffjobs.train.job import DATA_KINDS, TrainJob
 
 __all__ = ["DATA_KINDS", "build_train_dataset", "run_rank"]
@@ -87,6 +87,13 @@ def flops_per_image(config: Config) -> float | None:
         return None
 
 
+def reports_mfu(env: DistEnv, device: torch.device, job: TrainJob) -> bool:
+    """Whether this rank reports MFU: rank 0, on a GPU (``train.peak_flops`` is a GPU's) or in
+    a benchmark (which also measures the device's own peak). Elsewhere the FLOP count (a
+    step on the ``meta`` device, about 0.2 CPU-s) would only print a meaningless MFU."""
+    return env.rank == 0 and (device.type == "cuda" or job.mode == "bench")
+
+
 def prepare_compiler(device: torch.device) -> None:
     """What a compiling rank does before its trainer: local caches in node memory, the
     compiler imported (and its first use begun) on this thread."""
@@ -126,7 +133,7 @@ def run_rank(job: TrainJob) -> dict[str, Any]:
             dataset,
             checkpoint_dir=job.checkpoint_dir,
             logger=logger,
-            flops_per_image=flops_per_image(config) if env.rank == 0 else None,  # rank 0 reports
+            flops_per_image=flops_per_image(config) if reports_mfu(env, device, job) else None,
             signing_key=signing_key,
             probe=TrainingProbe(config, device, job.quarantine) if measured else None,
         )
