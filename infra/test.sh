@@ -18,8 +18,11 @@ for dir in "${TMPDIR:-/tmp}" "$PWD"; do
 done
 
 # The Debian packages (the local stack's, and Chromium for the browser tests: infra/packages.sh)
-# install while the venv is made: the one waits on the network and dpkg, the other on uv. A
-# failure before they are waited for still waits for them, never leaving dpkg half done.
+# install while the venv is made and the first tests run: the one waits on the network and dpkg,
+# the others on uv and the CPU. A test that needs them waits for the install in flight (it holds
+# packages.sh's lock): the local stack's up.sh through packages.sh, the browser tests in
+# tests/integration/browser.py. However the run ends, the install is waited for (dpkg is never
+# left half done) and the stack is stopped.
 packages_log=$(mktemp "${TMPDIR:-/tmp}/ffjobs-packages.XXXXXX")
 bash infra/packages.sh stack browser >"$packages_log" 2>&1 &
 packages=$!
@@ -32,7 +35,7 @@ packages_done() {
   rm -f "$packages_log"
   return "$status"
 }
-trap 'packages_done || true' EXIT
+trap 'packages_done || true; bash infra/local/down.sh >/dev/null 2>&1 || true' EXIT
 
 bash infra/setup-venv.sh
 export PATH="$PWD/.venv/bin:$PATH"
@@ -41,14 +44,10 @@ echo "== lint" >&2
 ruff check .
 ruff format --check .
 
-packages_done
-echo "== local stack (SLURM mini-cluster, MLflow server)" >&2
-bash infra/local/up.sh
-trap 'bash infra/local/down.sh >/dev/null 2>&1 || true' EXIT
-# shellcheck disable=SC1091
-source "${FFJOBS_STATE_DIR:-.state/local-stack}/env.sh"
-
 echo "== tests" >&2
+# The local stack (SLURM mini-cluster, MLflow server) starts in the first test that needs it
+# (tests/integration/conftest.py runs infra/local/up.sh and takes its env.sh), while the other
+# workers run tests that do not: its daemons' start is mostly waiting.
 # One worker more than the cores, at most three (FFJOBS_TEST_WORKERS=N sets it, 0: one process):
 # the mini-cluster's drills and the Airflow runs spend much of their time waiting, which a third
 # worker fills (dev/README.md: a third pytest worker). The tests that share a stack component or
@@ -65,5 +64,9 @@ echo "ffjobs: browser screenshots in ${FFJOBS_TEST_ARTIFACTS:-.state/test-artifa
 if [[ $rc -eq 5 ]]; then
   echo "ffjobs: pytest collected no tests; failing on purpose" >&2
   exit 1
+fi
+if ! packages_done; then
+  echo "ffjobs: installing the Debian packages failed (above)" >&2
+  [[ $rc -ne 0 ]] || rc=1
 fi
 exit $rc

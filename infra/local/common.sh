@@ -56,9 +56,9 @@ stop_daemon() {
   else
     kill -TERM "$pid" 2>/dev/null || true
   fi
-  for _ in $(seq 30); do
+  for _ in $(seq 150); do  # 15 s
     kill -0 "$pid" 2>/dev/null || break
-    sleep 0.5
+    sleep 0.1
   done
   if kill -0 "$pid" 2>/dev/null; then
     printf '%s: %s (pid %s) ignored TERM; killing\n' "${0##*/}" "$name" "$pid" >&2

@@ -23,16 +23,23 @@ mkdir -p "$STATE_DIR"
 take_stack_lock down.sh
 # In tiers, the daemons of a tier at once: each takes a second or more to exit, and a daemon
 # goes only after those that talk to it (slurmctld reports to slurmdbd, slurmdbd writes to
-# MariaDB and checks credentials with munged).
+# MariaDB and checks credentials with munged). MLflow (its own SQLite store) talks to none of
+# them: it stops beside all the tiers.
 stop_tier() {
-  local name
-  for name in "$@"; do stop_daemon "$name" & done
-  wait
+  local name pids=()
+  for name in "$@"; do
+    stop_daemon "$name" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
 }
-stop_tier mlflow slurmd-node3 slurmd-node2 slurmd-node1
+stop_daemon mlflow &
+mlflow_stop=$!
+stop_tier slurmd-node3 slurmd-node2 slurmd-node1
 stop_tier slurmctld
 stop_tier slurmdbd
 stop_tier mariadbd munged
+wait "$mlflow_stop"
 # A munged that lost its pid file (see start_munge in up.sh) still belongs to this state directory.
 for pid in $(munged_pids); do
   kill "$pid" 2>/dev/null || true

@@ -4,9 +4,10 @@ as test artifacts.
 Debian's ``chromium`` and ``chromium-driver`` (one source package, so their versions match),
 driven through that chromedriver by Selenium: nothing is downloaded at run time, since Selenium
 Manager is never asked for a driver when its path is given. ``infra/packages.sh browser``
-installs both (as root, with ``apt-get``; ``infra/test.sh`` runs it) and the ``dev`` extras
-bring Selenium. Without them a test skips saying what to install; under CI (``CI=true``) it
-fails instead, so CI never passes without the checks.
+installs both (as root, with ``apt-get``; ``infra/test.sh`` runs it beside the first tests, and a
+browser test waits for that install) and the ``dev`` extras bring Selenium. Without them a test
+skips saying what to install; under CI (``CI=true``) it fails instead, so CI never passes without
+the checks.
 
 :class:`AirflowPage` wraps one browser logged in to one :class:`~airflow_stack.AirflowStack`
 through the UI's own login form: :meth:`~AirflowPage.open`, the trigger form
@@ -26,6 +27,7 @@ needs, and never imports it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -56,6 +58,9 @@ DEFAULT_ARTIFACTS = REPO / ".state" / "test-artifacts"
 # hang, not the expected time. Later steps (a section opening, a REST answer) take far less.
 UI_TIMEOUT_S = 60.0
 PAGE_LOAD_TIMEOUT_S = 120.0
+PACKAGES_LOCK = Path("/run/lock/ffjobs-packages.lock")
+"""What ``infra/packages.sh`` holds while it installs (``infra/test.sh`` starts it beside the
+first tests)."""
 # Tall enough for the trigger form with its largest section open, so a screenshot shows it all.
 WINDOW_SIZE = (1280, 1400)
 FIELD_ROOT = "ancestor::*[@data-scope='field' and @data-part='root'][1]"
@@ -70,8 +75,16 @@ def artifacts_dir() -> Path:
     return folder
 
 
+def wait_for_package_install() -> None:
+    """Return once no ``infra/packages.sh`` is installing (at once when none ever ran here)."""
+    with contextlib.suppress(FileNotFoundError), PACKAGES_LOCK.open() as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+
+
 def chromium_paths() -> tuple[str, str]:
     """Debian's chromium and its chromedriver; skip saying what is missing (fail under CI)."""
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        wait_for_package_install()  # they may be being installed right now
     browser, driver = shutil.which("chromium"), shutil.which("chromedriver")
     missing = [
         name for name, path in (("chromium", browser), ("chromium-driver", driver)) if not path

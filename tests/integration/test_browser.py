@@ -6,6 +6,10 @@ README shows some of them, copied to ``docs/images/``).
 
 from __future__ import annotations
 
+import fcntl
+import threading
+import time
+
 import browser
 import pytest
 from airflow_stack import DAG_ID, DAG_RUN_TIMEOUT_S, START_TIMEOUT_S, AirflowStack
@@ -53,6 +57,32 @@ def test_without_chromium_a_browser_test_skips_saying_what_to_install_and_fails_
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="need chromium, chromium-driver"):
         browser.chromium_paths()
+
+
+def test_a_browser_test_waits_for_the_chromium_install_in_flight(monkeypatch, tmp_path):
+    """``make test`` installs Chromium beside the first tests: a browser test that comes first
+    waits for ``infra/packages.sh`` (which holds its lock while installing), then finds it."""
+    lock = tmp_path / "packages.lock"
+    monkeypatch.setattr(browser, "PACKAGES_LOCK", lock)
+    installed = threading.Event()
+    monkeypatch.setattr(
+        browser.shutil, "which", lambda name: f"/usr/bin/{name}" if installed.is_set() else None
+    )
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # the install in flight
+
+        def install() -> None:
+            time.sleep(0.5)
+            installed.set()
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+        installing = threading.Thread(target=install)
+        installing.start()
+        try:
+            assert browser.chromium_paths() == ("/usr/bin/chromium", "/usr/bin/chromedriver")
+        finally:
+            installing.join()
+    assert installed.is_set()
 
 
 # --------------------------------------------------------------------------- the trigger form
