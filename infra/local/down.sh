@@ -24,14 +24,14 @@ take_stack_lock down.sh
 # In tiers, the daemons of a tier at once: each takes a second or more to exit, and a daemon
 # goes only after those that talk to it (slurmctld reports to slurmdbd, slurmdbd writes to
 # MariaDB and checks credentials with munged). MLflow (its own SQLite store) talks to none of
-# them: it stops beside all the tiers.
+# them: it stops beside all the tiers. A stop that fails has said so; the next tier still goes.
 stop_tier() {
   local name pids=()
   for name in "$@"; do
     stop_daemon "$name" &
     pids+=($!)
   done
-  wait "${pids[@]}"
+  wait "${pids[@]}" || true
 }
 stop_daemon mlflow &
 mlflow_stop=$!
@@ -39,7 +39,7 @@ stop_tier slurmd-node3 slurmd-node2 slurmd-node1
 stop_tier slurmctld
 stop_tier slurmdbd
 stop_tier mariadbd munged
-wait "$mlflow_stop"
+wait "$mlflow_stop" || true
 # A munged that lost its pid file (see start_munge in up.sh) still belongs to this state directory.
 for pid in $(munged_pids); do
   kill "$pid" 2>/dev/null || true
