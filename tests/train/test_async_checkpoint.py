@@ -152,7 +152,9 @@ if __name__ == "__main__":
     ckpt = Checkpointer(sys.argv[1])
     ckpt.save(1, {"weights": torch.ones(64)}, {"rank": 0}, asynchronous=True)
     ckpt.wait()
-    Path(sys.argv[2]).write_text(str(ckpt.writer_pid))
+    # whole or not at all: the test kills this process as soon as the file exists
+    Path(sys.argv[2] + ".tmp").write_text(str(ckpt.writer_pid))
+    Path(sys.argv[2] + ".tmp").replace(sys.argv[2])
     time.sleep(600)
 """
 
