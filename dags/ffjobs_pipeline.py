@@ -57,9 +57,14 @@ def ffjobs_pipeline() -> None:
     def compare_inputs(state: dict[str, Any], params: dict[str, Any] | None = None):
         return tasks.compare_inputs(state, params or {})
 
-    # on the worker for the local profile; on SLURM deferred while its short job runs
+    # on the worker for the local profile; on SLURM deferred while its short job runs (a retry
+    # reads the job its try left: a FAIL verdict is final, never retried)
     preflight = PreflightOperator(
-        task_id="preflight", state=compare_inputs(validate()), multiple_outputs=True
+        task_id="preflight",
+        state=compare_inputs(validate()),
+        multiple_outputs=True,
+        retries=1,
+        retry_delay=timedelta(seconds=10),
     )
     checked = preflight.output
     # evaluate reads the run from the preflight's XCom, so a skipped train (a resumed run with

@@ -16,7 +16,8 @@ take their steps from :class:`~ffjobs.train.on_slurm.SlurmTraining` and their de
   SlurmJobTrigger`. Re-attach first: a job of the run that no attempt record accounts for
   (the job id kept in the task state store right after ``sbatch``, the run record, or SLURM
   accounting by the run's name, which finds a job whose submitter died before it could write
-  its id anywhere) is watched, never duplicated; one that ended meanwhile is read as it ended.
+  its id anywhere) is watched, never duplicated; one that ended meanwhile is read as it ended,
+  by ``execute`` itself (below: why no trigger is deferred to for it).
 * ``execute_complete`` reads the ended job's result (logs, checkpoints, accounting), records
   its attempts, and asks the decision: the next attempt is submitted with its backoff as a
   start time (``sbatch --begin``: no sleeping in a worker) and watched again; or the stage
@@ -34,11 +35,20 @@ their steps from :mod:`ffjobs.preflight.launch` and :mod:`ffjobs.preflight.runne
 * ``execute`` re-attaches to the run's preflight job whose result was never read (kept in the
   task state store, noted in its preflight folder right after ``sbatch``, or found in SLURM
   accounting by the run's preflight job name), or prepares a new preflight folder and submits
-  its job; then defers. A job found cancelled (a kill, a clear or a watch timeout ended it
-  unread) says nothing of the fabric: its report says so, and a new preflight replaces it.
+  its job; then defers. A job found ended is read by ``execute`` itself. A job found cancelled
+  (a kill, a clear or a watch timeout ended it unread) says nothing of the fabric: its report
+  says so, and a new preflight replaces it.
 * ``execute_complete`` reads the ended job into the preflight's report and records the stage
   as the plain task did: a FAIL verdict (one training cannot avoid by excluding nodes) fails
-  the task for good. There is no retry of a preflight job, as on the CLI.
+  the task for good. There is no retry of a preflight job, as on the CLI: an Airflow retry of
+  the task reads the job its failed try left, or submits one if that try left none.
+
+Why a job found ended is never deferred to a trigger: Airflow 3.3's scheduler fails a task
+whose trigger fires before the scheduler has drained the executor's report of the deferral
+(``finished with state success, but the task instance's state attribute is queued``:
+apache/airflow#67287, #72716), and a trigger watching an ended job fires on its first poll.
+A job that ends within seconds of its deferral (a preflight on a small cluster) can meet that
+race; the DAG gives both tasks a retry, which then reads the ended job here.
 """
 
 from __future__ import annotations
@@ -180,6 +190,7 @@ class TrainOperator(SlurmStageOperator):
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from ffjobs.airflow.tasks import train
+        from ffjobs.slurm.jobstate import poll_jobs
 
         run = attach(self.state)
         if run.config.slurm.executor != "slurm":
@@ -191,23 +202,36 @@ class TrainOperator(SlurmStageOperator):
         if pending is not None:
             number, job_id = pending
             submitted_at = kept.get("submitted_at") if kept.get("job_id") == job_id else None
+            status = poll_jobs([job_id])[job_id]
+            if status.is_terminal:  # never deferred to a trigger that would fire at once
+                training.run.echo(f"SLURM job {job_id} (attempt {number}) ended while nobody "
+                                  f"watched it ({status.state.value}); reading it")  # fmt: skip
+                return self._read(context, training, number, job_id, status,
+                                  submitted_at or time.time(), ())  # fmt: skip
             training.run.echo(f"re-attaching to SLURM job {job_id} (attempt {number})")
             self._watch(context, training, number, job_id, submitted_at or time.time())
         supervision = training.supervision()
         return self._next(context, training, supervision, supervision.start())
 
     def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any]) -> dict[str, Any]:
-        from ffjobs.slurm.jobstate import poll_jobs
-
         training = self._training(attach(self.state))
-        job_id, number = str(event["job_id"]), int(event["attempt"])
-        if event.get("status") is None:  # accounting never heard of it: ask every source once
-            status = poll_jobs([job_id])[job_id]
-        else:
-            status = status_from_payload(event["status"])
-        result = training.backend.ended(
-            number, job_id, status, float(event["submitted_at"]), tuple(event["unconfirmed"])
-        )
+        job_id = str(event["job_id"])
+        return self._read(context, training, int(event["attempt"]), job_id,
+                          _event_status(event), float(event["submitted_at"]),
+                          tuple(event["unconfirmed"]))  # fmt: skip
+
+    def _read(
+        self,
+        context: Mapping[str, Any],
+        training: Any,
+        number: int,
+        job_id: str,
+        status: Any,
+        submitted_at: float,
+        unconfirmed: tuple[str, ...],
+    ) -> dict[str, Any]:
+        """Read attempt ``number``'s ended job and go on as the decision after it says."""
+        result = training.backend.ended(number, job_id, status, submitted_at, unconfirmed)
         supervision = training.supervision()
         return self._next(context, training, supervision, training.account(supervision, result))
 
@@ -277,25 +301,35 @@ class PreflightOperator(SlurmStageOperator):
         self._note_start(context, run)
         kept = context["task_state_store"].get(STORE_KEY) or {}
         with stage_errors(run, self.stage):
-            found = self._reattach(run, kept.get("job_id")) or self._submit(run)
-        if isinstance(found, StageOutcome):  # sbatch said no: the report says why
-            return conclude(run, self._record(context, run, found))
-        job_id, folder = found
-        self._watch(context, run, job_id, folder)
+            pending = self._reattach(run, kept.get("job_id"))
+        if pending is not None:
+            job_id, folder, status = pending
+            if status.is_terminal:  # never deferred to a trigger that would fire at once
+                run.echo(f"SLURM job {job_id} ended while nobody watched it "
+                         f"({status.state.value}); reading it")  # fmt: skip
+                return self._read(context, run, job_id, status)
+            run.echo(f"re-attaching to SLURM job {job_id} (preflight in {folder})")
+            self._watch(context, run, job_id, folder)
+        with stage_errors(run, self.stage):
+            submitted = self._submit(run)
+        if isinstance(submitted, StageOutcome):  # sbatch said no: the report says why
+            return conclude(run, self._record(context, run, submitted))
+        self._watch(context, run, *submitted)
 
     def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any]) -> dict[str, Any]:
+        run = attach(self.state)
+        with stage_errors(run, self.stage):
+            status = _event_status(event)
+        return self._read(context, run, str(event["job_id"]), status)
+
+    def _read(self, context: Mapping[str, Any], run: Any, job_id: str, status: Any) -> Any:
+        """Read the preflight's job into its report and the stage's outcome; or, when
+        accounting lost sight of a job the controller still runs, watch it on."""
         from ffjobs.preflight.launch import noted_folder
         from ffjobs.preflight.runner import read_slurm_job
         from ffjobs.preflight.stage import preflight_outcome
-        from ffjobs.slurm.jobstate import poll_jobs
 
-        run = attach(self.state)
         with stage_errors(run, self.stage):
-            job_id = str(event["job_id"])
-            if event.get("status") is None:  # accounting never heard of it: ask every source once
-                status = poll_jobs([job_id])[job_id]
-            else:
-                status = status_from_payload(event["status"])
             folder = noted_folder(run.stage_dir(self.stage), job_id)
             if folder is None:
                 raise RuntimeError(f"no preflight folder of run {run.key} notes SLURM job {job_id}")
@@ -307,9 +341,9 @@ class PreflightOperator(SlurmStageOperator):
             self._watch(context, run, job_id, folder)
         return conclude(run, self._record(context, run, outcome))
 
-    def _reattach(self, run: Any, known: str | None) -> tuple[str, Path] | None:
-        """The run's preflight job whose result was never read, to watch again; None if none
-        (or it was cancelled unread, which a new preflight replaces)."""
+    def _reattach(self, run: Any, known: str | None) -> tuple[str, Path, Any] | None:
+        """The run's preflight job whose result was never read: (job id, its folder, its
+        status); None if none (or it was cancelled unread, which a new preflight replaces)."""
         from ffjobs.preflight.launch import unaccounted_job
         from ffjobs.preflight.runner import read_slurm_job
         from ffjobs.slurm.jobstate import JobState, poll_jobs
@@ -324,8 +358,7 @@ class PreflightOperator(SlurmStageOperator):
             run.echo(f"SLURM job {job_id} was cancelled before its result was read; "
                      "a new preflight replaces it")  # fmt: skip
             return None
-        run.echo(f"re-attaching to SLURM job {job_id} (preflight in {folder})")
-        return job_id, folder
+        return job_id, folder, status
 
     def _submit(self, run: Any) -> tuple[str, Path] | Any:
         """A new preflight of the run submitted: (job id, its folder); or, when sbatch said no,
@@ -351,6 +384,15 @@ class PreflightOperator(SlurmStageOperator):
                        submitted_at=float(note.get("launched_at") or time.time()),
                        logs=job_logs(run.config, run.key, attempt, job_id),
                        rank_failures=False)  # fmt: skip
+
+
+def _event_status(event: Mapping[str, Any]) -> Any:
+    """The ended job's status a trigger's ``event`` carries."""
+    from ffjobs.slurm.jobstate import poll_jobs
+
+    if event.get("status") is None:  # accounting never heard of it: ask every source once
+        return poll_jobs([str(event["job_id"])])[str(event["job_id"])]
+    return status_from_payload(event["status"])
 
 
 def _worth_a_retry(supervision: Any) -> bool:

@@ -40,6 +40,7 @@ PARSE = textwrap.dedent(
         "tasks": [t.task_id for t in dag.topological_sort()],
         "downstream": {t: sorted(dag.get_task(t).downstream_task_ids) for t in dag.task_ids},
         "params": {k: {"default": v.value, "schema": v.schema} for k, v in dag.params.items()},
+        "retries": {t.task_id: t.retries for t in dag.tasks},
         "heavy_imports": heavy,
         "review": {
             "retries": dag.get_task("review").retries,
@@ -90,6 +91,14 @@ def test_tasks_run_validate_preflight_train_evaluate_register_review(parsed):
         "params": ["reason"],
         "trigger_rule": "all_success",  # skipped when nothing was registered
     }
+
+
+def test_the_slurm_tasks_and_register_have_a_retry(parsed):
+    # preflight and train: a retry reads the SLURM job its failed try left (the race of Airflow
+    # 3.3's scheduler with a trigger that fires within seconds fails such a try); register: a
+    # registry outage; review: none (a new try would ask the question again)
+    retried = {task: n for task, n in parsed["retries"].items() if n}
+    assert retried == {"preflight": 1, "train": 1, "register": 1}
 
 
 def test_parsing_imports_no_torch_numpy_pil_or_mlflow(parsed):

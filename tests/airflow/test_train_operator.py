@@ -182,6 +182,32 @@ def test_a_successful_job_ends_the_task_with_its_facts(run, cluster):
     assert train["status"] == "passed" and train["facts"]["job_ids"] == ["100"]
 
 
+def test_a_job_that_ended_unwatched_is_read_by_the_next_try_without_deferring(run, cluster):
+    """The try that deferred failed before its trigger's event was read (Airflow 3.3's
+    scheduler race after a trigger that fires within seconds): the retry reads the ended job
+    itself and ends as the trigger's path would, deferring to nothing."""
+    store = Store()
+    deferred(lambda: operator(run).execute(context(store)))
+    cluster.end("100", "COMPLETED")
+    xcom = operator(run).execute(context(store, try_number=2))  # no TaskDeferred
+    assert xcom["run_key"] == run.key
+    assert [(a["number"], a["job_id"], a["kind"]) for a in attempts(run)] == [(1, "100", None)]
+    assert len(cluster.calls("sbatch")) == 1
+
+
+def test_a_failure_that_ended_unwatched_goes_on_with_its_backoff(run, cluster):
+    """Read by the next try, a retryable failure is decided as the trigger's path decides it:
+    the next attempt without the suspect, its backoff a start time, and that one is watched."""
+    store = Store()
+    kwargs = deferred(lambda: operator(run).execute(context(store)))
+    gloo_failure(kwargs)
+    cluster.end("100", "FAILED", exit_code=1)
+    again = deferred(lambda: operator(run).execute(context(store, try_number=2)))
+    assert (again["job_id"], again["attempt"]) == ("101", 2)
+    job = cluster.jobs()["101"]
+    assert (job["exclude"], job["begin"]) == ("node2", "now+30")
+
+
 def test_a_retryable_failure_is_submitted_again_without_its_suspect_after_its_backoff(run, cluster):
     store = Store()
     kwargs = deferred(lambda: operator(run).execute(context(store)))
