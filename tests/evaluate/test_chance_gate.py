@@ -27,8 +27,8 @@ from ffjobs.train.trainer import seed_everything
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_S = 1200
-"""The demo's run up to evaluation (validation, 200 steps on two ranks, evaluation): about two
-minutes on a quiet 2-core machine; room for a loaded one."""
+"""The demo's run up to evaluation (validation, 300 steps on two ranks, evaluation): about
+two and a half minutes on a quiet 2-core machine; room for a loaded one."""
 
 
 @pytest.mark.slow
